@@ -1,0 +1,281 @@
+// Package bolt is the embedded Store on a single bbolt file: the default for a
+// single-node bridge.
+package bolt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/roombridge/roombridge/store"
+	bbolt "go.etcd.io/bbolt"
+	bboltErrors "go.etcd.io/bbolt/errors"
+)
+
+// maxBatch bounds how many concurrent Update calls share one commit.
+const maxBatch = 256
+
+// lockTimeout is how long Open waits for the file lock before it reports that
+// another process holds the store.
+const lockTimeout = time.Second
+
+// DB is a store.Store on bbolt. Concurrent Update calls are group-committed:
+// while one commit is being synced, the calls that arrive queue up and then
+// share the next commit (one fsync for all of them). A sequential caller never
+// waits for a batch to fill.
+type DB struct {
+	db *bbolt.DB
+	store.Notifier
+
+	calls chan *call
+	done  chan struct{}
+	wg    sync.WaitGroup
+
+	mu     sync.RWMutex // held for reading while a call is queued
+	closed bool
+}
+
+type call struct {
+	ctx    context.Context
+	fn     func(store.Tx) error
+	topics store.Topics
+	err    chan error
+}
+
+var _ store.Store = (*DB)(nil)
+
+// Open opens (creating if needed) the bolt file at path. A second process
+// opening the same file fails at once with a clear error.
+func Open(path string) (*DB, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("store: bolt: %w", err)
+	}
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
+		Timeout:        lockTimeout,
+		NoFreelistSync: true,
+		FreelistType:   bbolt.FreelistMapType,
+	})
+	if errors.Is(err, bboltErrors.ErrTimeout) {
+		return nil, fmt.Errorf("store: bolt: %s is in use by another process (is another bridge running on this data_dir?)", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: bolt: open %s: %w", path, err)
+	}
+	d := &DB{db: db, calls: make(chan *call, maxBatch), done: make(chan struct{})}
+	d.wg.Add(1)
+	go d.commitLoop()
+	return d, nil
+}
+
+// Path returns the bolt file's path.
+func (d *DB) Path() string { return d.db.Path() }
+
+// Bolt exposes the underlying bbolt handle (for statistics and tools).
+func (d *DB) Bolt() *bbolt.DB { return d.db }
+
+// Update implements store.Store.
+func (d *DB) Update(ctx context.Context, fn func(store.Tx) error) error {
+	c := &call{ctx: ctx, fn: fn, err: make(chan error, 1)}
+	d.mu.RLock()
+	if d.closed {
+		d.mu.RUnlock()
+		return store.ErrClosed
+	}
+	select {
+	case d.calls <- c:
+		d.mu.RUnlock()
+	case <-ctx.Done():
+		d.mu.RUnlock()
+		return ctx.Err()
+	}
+	// Once queued, the call is either committed or answered: wait for the
+	// answer even if ctx ends, so the caller never mistakes a commit for a
+	// failure.
+	return <-c.err
+}
+
+func (d *DB) commitLoop() {
+	defer d.wg.Done()
+	for {
+		var batch []*call
+		select {
+		case c := <-d.calls:
+			batch = append(batch, c)
+		case <-d.done:
+			d.drain()
+			return
+		}
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case c := <-d.calls:
+				batch = append(batch, c)
+			default:
+				break fill
+			}
+		}
+		d.commit(batch)
+	}
+}
+
+// drain answers calls that were queued when the store closed.
+func (d *DB) drain() {
+	for {
+		select {
+		case c := <-d.calls:
+			c.err <- store.ErrClosed
+		default:
+			return
+		}
+	}
+}
+
+// errAbort marks a batch rolled back because one of its calls failed.
+var errAbort = errors.New("bolt: batch aborted")
+
+// commit runs the calls of batch in one bbolt transaction. When a call fails,
+// the transaction is rolled back, that call gets its error, and the rest are
+// run again without it: the failed call saw exactly the state its
+// predecessors in the batch leave, so the outcome stays serializable.
+func (d *DB) commit(batch []*call) {
+	for len(batch) > 0 {
+		failed := -1
+		var failErr error
+		err := d.db.Update(func(btx *bbolt.Tx) error {
+			for i, c := range batch {
+				if err := c.ctx.Err(); err != nil {
+					failed, failErr = i, err
+					return errAbort
+				}
+				t := &tx{btx: btx, writable: true}
+				if err := runFn(c.fn, t); err != nil {
+					failed, failErr = i, err
+					return errAbort
+				}
+				c.topics = t.topics
+			}
+			return nil
+		})
+		if errors.Is(err, errAbort) {
+			batch[failed].err <- failErr
+			batch = append(batch[:failed:failed], batch[failed+1:]...)
+			continue
+		}
+		for _, c := range batch {
+			if err == nil {
+				d.Publish(c.topics...)
+				c.err <- nil
+			} else {
+				c.err <- fmt.Errorf("store: bolt: commit: %w", err)
+			}
+		}
+		return
+	}
+}
+
+// runFn turns a panic in fn into an error for that call alone.
+func runFn(fn func(store.Tx) error, t *tx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("store: transaction panicked: %v", r)
+		}
+	}()
+	return fn(t)
+}
+
+// View implements store.Store.
+func (d *DB) View(ctx context.Context, fn func(store.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return d.db.View(func(btx *bbolt.Tx) error {
+		return fn(&tx{btx: btx})
+	})
+}
+
+// Close stops the committer and closes the file. Pending calls get ErrClosed.
+func (d *DB) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	close(d.done)
+	d.mu.Unlock()
+	d.wg.Wait()
+	return d.db.Close()
+}
+
+type tx struct {
+	btx      *bbolt.Tx
+	writable bool
+	topics   store.Topics
+}
+
+func (t *tx) Get(bucket, key string) ([]byte, error) {
+	b := t.btx.Bucket([]byte(bucket))
+	if b == nil {
+		return nil, store.ErrNotFound
+	}
+	v := b.Get([]byte(key))
+	if v == nil {
+		return nil, store.ErrNotFound
+	}
+	return append([]byte(nil), v...), nil
+}
+
+func (t *tx) Put(bucket, key string, value []byte) error {
+	b, err := t.btx.CreateBucketIfNotExists([]byte(bucket))
+	if err != nil {
+		return fmt.Errorf("store: bolt: bucket %s: %w", bucket, err)
+	}
+	if value == nil {
+		value = []byte{}
+	}
+	if err := b.Put([]byte(key), value); err != nil {
+		return fmt.Errorf("store: bolt: put %s/%s: %w", bucket, key, err)
+	}
+	return nil
+}
+
+func (t *tx) Delete(bucket, key string) error {
+	b := t.btx.Bucket([]byte(bucket))
+	if b == nil {
+		return nil
+	}
+	if err := b.Delete([]byte(key)); err != nil {
+		return fmt.Errorf("store: bolt: delete %s/%s: %w", bucket, key, err)
+	}
+	return nil
+}
+
+func (t *tx) Scan(bucket, from, to string, fn func(string, []byte) error) error {
+	b := t.btx.Bucket([]byte(bucket))
+	if b == nil {
+		return nil
+	}
+	c := b.Cursor()
+	for k, v := c.Seek([]byte(from)); k != nil; k, v = c.Next() {
+		if to != "" && string(k) >= to {
+			return nil
+		}
+		if err := fn(string(k), v); err != nil {
+			if errors.Is(err, store.ErrStop) {
+				return nil
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *tx) Notify(topic string) {
+	if t.writable {
+		t.topics.Add(topic)
+	}
+}

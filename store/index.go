@@ -1,0 +1,284 @@
+package store
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Buckets used by the indexes of this package.
+const (
+	bucketSeq     = "seq"
+	bucketTimers  = "timers"
+	bucketOutbox  = "outbox"
+	bucketCoalesc = "outbox_coalesce"
+	bucketDedupe  = "dedupe"
+)
+
+// GetJSON reads key from bucket and decodes it into v.
+func GetJSON(tx Tx, bucket, key string, v any) error {
+	b, err := tx.Get(bucket, key)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("store: decode %s/%s: %w", bucket, key, err)
+	}
+	return nil
+}
+
+// PutJSON encodes v and writes it to key in bucket.
+func PutJSON(tx Tx, bucket, key string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("store: encode %s/%s: %w", bucket, key, err)
+	}
+	return tx.Put(bucket, key, b)
+}
+
+// NextSeq increments the named counter and returns its new value (first: 1).
+func NextSeq(tx Tx, name string) (uint64, error) {
+	n, err := Seq(tx, name)
+	if err != nil {
+		return 0, err
+	}
+	n++
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], n)
+	if err := tx.Put(bucketSeq, name, b[:]); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// Seq returns the named counter's current value (0 if never incremented).
+func Seq(tx Tx, name string) (uint64, error) {
+	b, err := tx.Get(bucketSeq, name)
+	if errors.Is(err, ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if len(b) != 8 {
+		return 0, fmt.Errorf("store: counter %s: corrupt value", name)
+	}
+	return binary.BigEndian.Uint64(b), nil
+}
+
+// Timer is one entry of the expiry index: id of kind is due at Due.
+type Timer struct {
+	Kind string
+	Due  time.Time
+	ID   string
+}
+
+// timerKey orders timers by kind, then due time (zero-padded unix ms), then id,
+// so that everything due is one contiguous key range.
+func timerKey(kind string, due time.Time, id string) string {
+	return fmt.Sprintf("%s/%013d/%s", kind, due.UnixMilli(), id)
+}
+
+// AddTimer puts id into the expiry index of kind, due at due.
+func AddTimer(tx Tx, kind string, due time.Time, id string) error {
+	return tx.Put(bucketTimers, timerKey(kind, due, id), nil)
+}
+
+// RemoveTimer takes id out of the expiry index; due must be the time it was
+// added with.
+func RemoveTimer(tx Tx, kind string, due time.Time, id string) error {
+	return tx.Delete(bucketTimers, timerKey(kind, due, id))
+}
+
+// DueTimers returns up to limit timers of kind due at or before now, earliest
+// first. It reads only the due key range, never the whole index.
+func DueTimers(tx Tx, kind string, now time.Time, limit int) ([]Timer, error) {
+	from := kind + "/"
+	to := fmt.Sprintf("%s/%013d0", kind, now.UnixMilli()) // '0' > '/': includes ms == now
+	var out []Timer
+	err := tx.Scan(bucketTimers, from, to, func(k string, _ []byte) error {
+		t, err := parseTimerKey(kind, k)
+		if err != nil {
+			return err
+		}
+		out = append(out, t)
+		if limit > 0 && len(out) >= limit {
+			return ErrStop
+		}
+		return nil
+	})
+	return out, err
+}
+
+// NextTimer returns the earliest timer of kind, and false if there is none.
+func NextTimer(tx Tx, kind string) (Timer, bool, error) {
+	var t Timer
+	var found bool
+	err := tx.Scan(bucketTimers, kind+"/", PrefixEnd(kind+"/"), func(k string, _ []byte) error {
+		var err error
+		t, err = parseTimerKey(kind, k)
+		found = err == nil
+		if err != nil {
+			return err
+		}
+		return ErrStop
+	})
+	return t, found, err
+}
+
+func parseTimerKey(kind, k string) (Timer, error) {
+	rest := k[len(kind)+1:]
+	if len(rest) < 14 || rest[13] != '/' {
+		return Timer{}, fmt.Errorf("store: corrupt timer key %q", k)
+	}
+	ms, err := strconv.ParseInt(rest[:13], 10, 64)
+	if err != nil {
+		return Timer{}, fmt.Errorf("store: corrupt timer key %q: %w", k, err)
+	}
+	return Timer{Kind: kind, Due: time.UnixMilli(ms).UTC(), ID: rest[14:]}, nil
+}
+
+// Effect is one entry of the outbox: something to do on a chat surface.
+// The store keeps effects in insertion order; Payload belongs to the caller.
+type Effect struct {
+	Seq uint64 `json:"seq"`
+	// Queue groups effects that must be delivered in order (one thread).
+	Queue string `json:"queue"`
+	// Coalesce, when set, makes a newer effect with the same key replace an
+	// undelivered older one (status edits: only the newest is sent).
+	Coalesce  string          `json:"coalesce,omitempty"`
+	Payload   json.RawMessage `json:"payload"`
+	Attempts  int             `json:"attempts,omitempty"`
+	NotBefore time.Time       `json:"not_before,omitzero"`
+	LastError string          `json:"last_error,omitempty"`
+	Created   time.Time       `json:"created"`
+}
+
+// TopicOutbox is notified whenever an effect is enqueued.
+const TopicOutbox = "outbox"
+
+func outboxKey(seq uint64) string { return fmt.Sprintf("%020d", seq) }
+
+// Enqueue appends e to the outbox (assigning e.Seq) and notifies TopicOutbox.
+// If e.Coalesce names an undelivered effect, that one is dropped: the newest
+// effect of a coalesce key is the only one delivered.
+func Enqueue(tx Tx, e *Effect) error {
+	seq, err := NextSeq(tx, "outbox")
+	if err != nil {
+		return err
+	}
+	if e.Coalesce != "" {
+		old, err := tx.Get(bucketCoalesc, e.Coalesce)
+		switch {
+		case err == nil:
+			if err := tx.Delete(bucketOutbox, string(old)); err != nil {
+				return err
+			}
+		case !errors.Is(err, ErrNotFound):
+			return err
+		}
+		if err := tx.Put(bucketCoalesc, e.Coalesce, []byte(outboxKey(seq))); err != nil {
+			return err
+		}
+	}
+	e.Seq = seq
+	if err := PutJSON(tx, bucketOutbox, outboxKey(seq), e); err != nil {
+		return err
+	}
+	tx.Notify(TopicOutbox)
+	return nil
+}
+
+// PendingEffects returns up to limit undelivered effects in insertion order.
+func PendingEffects(tx Tx, limit int) ([]Effect, error) {
+	var out []Effect
+	err := tx.Scan(bucketOutbox, "", "", func(_ string, v []byte) error {
+		var e Effect
+		if err := json.Unmarshal(v, &e); err != nil {
+			return fmt.Errorf("store: decode effect: %w", err)
+		}
+		out = append(out, e)
+		if limit > 0 && len(out) >= limit {
+			return ErrStop
+		}
+		return nil
+	})
+	return out, err
+}
+
+// GetEffect returns the undelivered effect seq, or ErrNotFound.
+func GetEffect(tx Tx, seq uint64) (Effect, error) {
+	var e Effect
+	err := GetJSON(tx, bucketOutbox, outboxKey(seq), &e)
+	return e, err
+}
+
+// UpdateEffect rewrites an undelivered effect (attempts, back-off).
+func UpdateEffect(tx Tx, e Effect) error {
+	if _, err := tx.Get(bucketOutbox, outboxKey(e.Seq)); err != nil {
+		return err
+	}
+	return PutJSON(tx, bucketOutbox, outboxKey(e.Seq), e)
+}
+
+// AckEffect removes a delivered effect from the outbox.
+func AckEffect(tx Tx, e Effect) error {
+	if e.Coalesce != "" {
+		cur, err := tx.Get(bucketCoalesc, e.Coalesce)
+		if err == nil && string(cur) == outboxKey(e.Seq) {
+			if err := tx.Delete(bucketCoalesc, e.Coalesce); err != nil {
+				return err
+			}
+		}
+	}
+	return tx.Delete(bucketOutbox, outboxKey(e.Seq))
+}
+
+const timerDedupe = "dedupe"
+
+// Dedupe records key as seen until now+ttl. It returns true the first time a
+// live key is seen and false for every repeat before it expires.
+func Dedupe(tx Tx, key string, now time.Time, ttl time.Duration) (bool, error) {
+	b, err := tx.Get(bucketDedupe, key)
+	switch {
+	case err == nil:
+		if len(b) == 8 && now.UnixMilli() < int64(binary.BigEndian.Uint64(b)) {
+			return false, nil
+		}
+		if len(b) == 8 {
+			if err := RemoveTimer(tx, timerDedupe, time.UnixMilli(int64(binary.BigEndian.Uint64(b))), key); err != nil {
+				return false, err
+			}
+		}
+	case !errors.Is(err, ErrNotFound):
+		return false, err
+	}
+	exp := now.Add(ttl)
+	var v [8]byte
+	binary.BigEndian.PutUint64(v[:], uint64(exp.UnixMilli()))
+	if err := tx.Put(bucketDedupe, key, v[:]); err != nil {
+		return false, err
+	}
+	return true, AddTimer(tx, timerDedupe, exp, key)
+}
+
+// PurgeDedupe deletes up to limit dedupe keys that expired by now, through
+// the expiry index, and returns how many it deleted.
+func PurgeDedupe(tx Tx, now time.Time, limit int) (int, error) {
+	due, err := DueTimers(tx, timerDedupe, now, limit)
+	if err != nil {
+		return 0, err
+	}
+	for _, t := range due {
+		if err := tx.Delete(bucketDedupe, t.ID); err != nil {
+			return 0, err
+		}
+		if err := RemoveTimer(tx, timerDedupe, t.Due, t.ID); err != nil {
+			return 0, err
+		}
+	}
+	return len(due), nil
+}
