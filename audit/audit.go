@@ -1,0 +1,166 @@
+// Package audit keeps the audit log: one record per transition, decision and
+// delivery failure, written in the same store transaction as the change, and
+// queried or exported (JSONL, CSV) in constant memory.
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/roombridge/roombridge/store"
+)
+
+const (
+	bucketLog   = "audit"
+	bucketByReq = "audit_by_request"
+)
+
+// Record is one audit entry.
+type Record struct {
+	Seq       uint64    `json:"seq"`
+	Time      time.Time `json:"time"`
+	RequestID string    `json:"request_id,omitempty"`
+	Actor     string    `json:"actor"`
+	Surface   string    `json:"surface,omitempty"`
+	Action    string    `json:"action"`
+	From      string    `json:"from,omitempty"`
+	To        string    `json:"to,omitempty"`
+	Detail    string    `json:"detail,omitempty"`
+}
+
+// key orders records by time, then by sequence (unique, so two records in one
+// millisecond never collide).
+func key(r *Record) string {
+	return fmt.Sprintf("%013d-%012d", r.Time.UnixMilli(), r.Seq)
+}
+
+// Append writes r inside tx, assigning its sequence number. Call it in the same
+// transaction as the change it records.
+func Append(tx store.Tx, r Record) error {
+	seq, err := store.NextSeq(tx, "audit")
+	if err != nil {
+		return fmt.Errorf("audit: append: %w", err)
+	}
+	r.Seq = seq
+	r.Time = r.Time.UTC()
+	k := key(&r)
+	if err := store.PutJSON(tx, bucketLog, k, r); err != nil {
+		return fmt.Errorf("audit: append: %w", err)
+	}
+	if r.RequestID != "" {
+		if err := tx.Put(bucketByReq, r.RequestID+"/"+k, nil); err != nil {
+			return fmt.Errorf("audit: append: %w", err)
+		}
+	}
+	return nil
+}
+
+// Query selects records. Zero Since/Until mean unbounded; Until is exclusive.
+type Query struct {
+	Since, Until time.Time
+	RequestID    string
+}
+
+func bound(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf("%013d-", t.UnixMilli())
+}
+
+// Each calls fn for every record matching q in time order, reading from one
+// consistent snapshot in constant memory. fn returning store.ErrStop ends the
+// walk early without error.
+func Each(ctx context.Context, s store.Store, q Query, fn func(*Record) error) error {
+	return s.View(ctx, func(tx store.Tx) error {
+		return each(ctx, tx, q, fn)
+	})
+}
+
+func each(ctx context.Context, tx store.Tx, q Query, fn func(*Record) error) error {
+	var r Record
+	visit := func(v []byte) error {
+		r = Record{}
+		if err := json.Unmarshal(v, &r); err != nil {
+			return fmt.Errorf("audit: decode: %w", err)
+		}
+		return fn(&r)
+	}
+	n := 0
+	checkCtx := func() error {
+		n++
+		if n%4096 == 0 {
+			return ctx.Err()
+		}
+		return nil
+	}
+	if q.RequestID == "" {
+		return tx.Scan(bucketLog, bound(q.Since), bound(q.Until), func(_ string, v []byte) error {
+			if err := checkCtx(); err != nil {
+				return err
+			}
+			return visit(v)
+		})
+	}
+	prefix := q.RequestID + "/"
+	from, to := prefix, store.PrefixEnd(prefix)
+	if !q.Since.IsZero() {
+		from = prefix + bound(q.Since)
+	}
+	if !q.Until.IsZero() {
+		to = prefix + bound(q.Until)
+	}
+	return tx.Scan(bucketByReq, from, to, func(k string, _ []byte) error {
+		if err := checkCtx(); err != nil {
+			return err
+		}
+		v, err := tx.Get(bucketLog, strings.TrimPrefix(k, prefix))
+		if err != nil {
+			return fmt.Errorf("audit: index entry %s: %w", k, err)
+		}
+		return visit(v)
+	})
+}
+
+// List returns up to limit records matching q (0: no limit).
+func List(ctx context.Context, s store.Store, q Query, limit int) ([]Record, error) {
+	var out []Record
+	err := Each(ctx, s, q, func(r *Record) error {
+		out = append(out, *r)
+		if limit > 0 && len(out) >= limit {
+			return store.ErrStop
+		}
+		return nil
+	})
+	if errors.Is(err, store.ErrStop) {
+		err = nil
+	}
+	return out, err
+}
+
+// Count returns the total number of records ever appended.
+func Count(ctx context.Context, s store.Store) (uint64, error) {
+	var n uint64
+	err := s.View(ctx, func(tx store.Tx) error {
+		var err error
+		n, err = store.Seq(tx, "audit")
+		return err
+	})
+	return n, err
+}
+
+// CSVHeader is the column order of CSV exports.
+var CSVHeader = []string{"seq", "time", "request_id", "actor", "surface", "action", "from", "to", "detail"}
+
+// csvFields renders r as CSV fields into buf (reused between records).
+func csvFields(r *Record, buf []string) []string {
+	return append(buf[:0],
+		strconv.FormatUint(r.Seq, 10),
+		r.Time.Format(time.RFC3339Nano),
+		r.RequestID, r.Actor, r.Surface, r.Action, r.From, r.To, r.Detail)
+}

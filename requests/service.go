@@ -1,0 +1,398 @@
+package requests
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/roombridge/roombridge/audit"
+	"github.com/roombridge/roombridge/clock"
+	"github.com/roombridge/roombridge/store"
+)
+
+// Store buckets and notification topics of this package.
+const (
+	bucketRequests = "requests"
+	bucketByState  = "requests_by_state"
+	bucketQueue    = "agent_queue"
+	bucketByEvent  = "requests_by_event"
+
+	// TopicRequests is notified on every created or changed request.
+	TopicRequests = "requests"
+)
+
+// TopicAgent is notified when an agent's queue changes (a request of it was
+// approved, cancelled, finished...).
+func TopicAgent(agent string) string { return "agent:" + agent }
+
+// Errors of the service.
+var (
+	// ErrUnknown: no request has this ID.
+	ErrUnknown = errors.New("unknown request")
+	// ErrDuplicate: the inbound event that would create the request was seen
+	// already.
+	ErrDuplicate = errors.New("duplicate event")
+)
+
+// dedupeTTL is how long inbound event IDs are remembered: longer than the
+// platforms' retry windows (Slack retries for up to ~5 min, Feishu ~1 h).
+const dedupeTTL = 24 * time.Hour
+
+// Observer is told, inside the transaction, about every request created
+// (before is nil) or changed. Observers enqueue chat effects through the
+// outbox so that the state change and its effects commit together.
+type Observer func(tx store.Tx, before, after *Request) error
+
+// Service applies changes to requests through the store.
+type Service struct {
+	store     store.Store
+	clock     clock.Clock
+	owner     string
+	owners    map[string]bool
+	observers []Observer
+}
+
+// NewService returns the service of one owner. owners are the identities
+// (surface:user) whose requests skip approval.
+func NewService(s store.Store, c clock.Clock, owner string, owners []string) *Service {
+	o := make(map[string]bool, len(owners))
+	for _, u := range owners {
+		o[u] = true
+	}
+	return &Service{store: s, clock: c, owner: owner, owners: o}
+}
+
+// Observe registers an observer. Call it before the service is used.
+func (s *Service) Observe(o Observer) { s.observers = append(s.observers, o) }
+
+// Store returns the store the service writes through.
+func (s *Service) Store() store.Store { return s.store }
+
+// Clock returns the service's clock.
+func (s *Service) Clock() clock.Clock { return s.clock }
+
+// IsOwner reports whether user (surface:id) is an owner.
+func (s *Service) IsOwner(user string) bool { return s.owners[user] }
+
+// Ask is what a new request is made of.
+type Ask struct {
+	Agent     string
+	Room      string
+	Surface   string
+	User      string // surface:id
+	Text      string
+	RetryOf   ID
+	// DelegatedBy is set when an agent asks another agent.
+	DelegatedBy ID
+	// EventKey dedupes inbound platform events (e.g. "slack:Ev123").
+	EventKey string
+	// Approved creates the request approved whatever its requester (for
+	// delegated asks, whose root was approved already).
+	Approved bool
+}
+
+func (s *Service) key(id ID) string { return s.owner + "/" + id.Key() }
+
+// Create makes a new request: approved if asked by an owner, else pending.
+func (s *Service) Create(ctx context.Context, a Ask) (*Request, error) {
+	var r *Request
+	err := s.store.Update(ctx, func(tx store.Tx) error {
+		var err error
+		r, err = s.CreateTx(tx, a)
+		return err
+	})
+	return r, err
+}
+
+// CreateTx is Create inside the caller's transaction.
+func (s *Service) CreateTx(tx store.Tx, a Ask) (*Request, error) {
+	now := s.clock.Now().UTC()
+	if a.Agent == "" || a.User == "" || a.Surface == "" {
+		return nil, errors.New("requests: create: agent, user and surface are required")
+	}
+	if a.EventKey != "" {
+		fresh, err := store.Dedupe(tx, "ask:"+a.EventKey, now, dedupeTTL)
+		if err != nil {
+			return nil, fmt.Errorf("requests: create: %w", err)
+		}
+		if !fresh {
+			return nil, fmt.Errorf("requests: create: %w %s", ErrDuplicate, a.EventKey)
+		}
+	}
+	var refs []ID
+	for _, id := range FindRefs(a.Text, now) {
+		if _, err := s.GetTx(tx, id); err != nil {
+			return nil, fmt.Errorf("requests: create: the ask mentions %s: %w", id, err)
+		}
+		refs = append(refs, id)
+	}
+	if !a.RetryOf.IsZero() {
+		if _, err := s.GetTx(tx, a.RetryOf); err != nil {
+			return nil, fmt.Errorf("requests: create: retry of %s: %w", a.RetryOf, err)
+		}
+	}
+	day := NewID(now, 1)
+	n, err := store.NextSeq(tx, "request_id/"+s.owner+"/"+day.Key()[:8])
+	if err != nil {
+		return nil, fmt.Errorf("requests: create: %w", err)
+	}
+	r := &Request{
+		ID: NewID(now, int(n)), Owner: s.owner, Agent: a.Agent, Room: a.Room,
+		Surface: a.Surface, Requester: a.User, Ask: a.Text, State: Pending,
+		RetryOf: a.RetryOf, References: refs, DelegatedBy: a.DelegatedBy,
+		Created: now, Updated: now, Version: 1,
+	}
+	if a.Approved || s.owners[a.User] {
+		r.State = Approved
+	}
+	if err := s.write(tx, nil, r); err != nil {
+		return nil, err
+	}
+	detail := trim(a.Text, 200)
+	if !a.RetryOf.IsZero() {
+		detail = "retry of " + a.RetryOf.String() + ": " + detail
+	}
+	if err := audit.Append(tx, audit.Record{
+		Time: now, RequestID: r.ID.String(), Actor: a.User, Surface: a.Surface,
+		Action: "create", To: r.State.String(), Detail: detail,
+	}); err != nil {
+		return nil, err
+	}
+	for _, o := range s.observers {
+		if err := o(tx, nil, r); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// write stores r and keeps the indexes in step with its state.
+func (s *Service) write(tx store.Tx, before, r *Request) error {
+	k := s.key(r.ID)
+	if before != nil {
+		if err := tx.Delete(bucketByState, before.State.String()+"/"+k); err != nil {
+			return err
+		}
+	}
+	if err := tx.Put(bucketByState, r.State.String()+"/"+k, nil); err != nil {
+		return err
+	}
+	qk := s.owner + "/" + r.Agent + "/" + r.ID.Key()
+	if r.State == Approved || r.State == Running {
+		if err := tx.Put(bucketQueue, qk, nil); err != nil {
+			return err
+		}
+	} else if err := tx.Delete(bucketQueue, qk); err != nil {
+		return err
+	}
+	if err := store.PutJSON(tx, bucketRequests, k, r); err != nil {
+		return fmt.Errorf("requests: write %s: %w", r.ID, err)
+	}
+	tx.Notify(TopicRequests)
+	tx.Notify(TopicAgent(r.Agent))
+	return nil
+}
+
+// Get returns the request id.
+func (s *Service) Get(ctx context.Context, id ID) (*Request, error) {
+	var r *Request
+	err := s.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		r, err = s.GetTx(tx, id)
+		return err
+	})
+	return r, err
+}
+
+// GetTx is Get inside the caller's transaction.
+func (s *Service) GetTx(tx store.Tx, id ID) (*Request, error) {
+	var r Request
+	err := store.GetJSON(tx, bucketRequests, s.key(id), &r)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w %s", ErrUnknown, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("requests: get %s: %w", id, err)
+	}
+	return &r, nil
+}
+
+// Change is one transition to apply.
+type Change struct {
+	Event   Event
+	Actor   string // surface:user, or system:<part>
+	Surface string
+	Detail  string
+	// Mutate, if set, edits the record along with the transition (result,
+	// reason, session...).
+	Mutate func(*Request)
+}
+
+// Apply moves request id by c.Event, with its audit record, in one
+// transaction. An illegal transition changes nothing and returns an error
+// naming both states.
+func (s *Service) Apply(ctx context.Context, id ID, c Change) (*Request, error) {
+	var r *Request
+	err := s.store.Update(ctx, func(tx store.Tx) error {
+		var err error
+		r, err = s.ApplyTx(tx, id, c)
+		return err
+	})
+	return r, err
+}
+
+// ApplyTx is Apply inside the caller's transaction.
+func (s *Service) ApplyTx(tx store.Tx, id ID, c Change) (*Request, error) {
+	before, err := s.GetTx(tx, id)
+	if err != nil {
+		return nil, err
+	}
+	next, err := Next(before.State, c.Event)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", id, err)
+	}
+	now := s.clock.Now().UTC()
+	after := *before
+	after.References = append([]ID(nil), before.References...)
+	after.State = next
+	after.Updated = now
+	after.Version++
+	switch {
+	case c.Event == Start:
+		after.StartedAt = now
+	case next.Terminal():
+		after.EndedAt = now
+	}
+	if c.Mutate != nil {
+		c.Mutate(&after)
+	}
+	if err := s.write(tx, before, &after); err != nil {
+		return nil, err
+	}
+	if err := audit.Append(tx, audit.Record{
+		Time: now, RequestID: id.String(), Actor: c.Actor, Surface: c.Surface,
+		Action: c.Event.String(), From: before.State.String(), To: next.String(), Detail: c.Detail,
+	}); err != nil {
+		return nil, err
+	}
+	for _, o := range s.observers {
+		if err := o(tx, before, &after); err != nil {
+			return nil, err
+		}
+	}
+	return &after, nil
+}
+
+// UpdateTx edits a request without a state change (session, cancel flag),
+// with an audit record when action is not empty.
+func (s *Service) UpdateTx(tx store.Tx, id ID, actor, action, detail string, mutate func(*Request)) (*Request, error) {
+	before, err := s.GetTx(tx, id)
+	if err != nil {
+		return nil, err
+	}
+	after := *before
+	mutate(&after)
+	after.State = before.State
+	after.Version++
+	after.Updated = s.clock.Now().UTC()
+	if err := s.write(tx, before, &after); err != nil {
+		return nil, err
+	}
+	if action != "" {
+		if err := audit.Append(tx, audit.Record{
+			Time: after.Updated, RequestID: id.String(), Actor: actor, Action: action,
+			From: before.State.String(), To: after.State.String(), Detail: detail,
+		}); err != nil {
+			return nil, err
+		}
+	}
+	for _, o := range s.observers {
+		if err := o(tx, before, &after); err != nil {
+			return nil, err
+		}
+	}
+	return &after, nil
+}
+
+// Retry makes a new request that asks the same of the same agent, with
+// RetryOf set. Only a request in a terminal state can be retried.
+func (s *Service) Retry(ctx context.Context, id ID, user, surface string) (*Request, error) {
+	var r *Request
+	err := s.store.Update(ctx, func(tx store.Tx) error {
+		old, err := s.GetTx(tx, id)
+		if err != nil {
+			return err
+		}
+		if !old.State.Terminal() {
+			return fmt.Errorf("requests: retry %s: it is still %s (retry makes a new request once it has ended)", id, old.State)
+		}
+		r, err = s.CreateTx(tx, Ask{Agent: old.Agent, Room: old.Room, Surface: surface, User: user, Text: old.Ask, RetryOf: id})
+		return err
+	})
+	return r, err
+}
+
+// Filter selects requests for List.
+type Filter struct {
+	State State  // 0: any
+	Agent string // "": any
+	Limit int    // 0: no limit
+}
+
+// List returns requests in ID order.
+func (s *Service) List(ctx context.Context, f Filter) ([]*Request, error) {
+	var out []*Request
+	err := s.store.View(ctx, func(tx store.Tx) error {
+		add := func(k string) error {
+			var r Request
+			if err := store.GetJSON(tx, bucketRequests, k, &r); err != nil {
+				return err
+			}
+			if f.Agent != "" && r.Agent != f.Agent {
+				return nil
+			}
+			out = append(out, &r)
+			if f.Limit > 0 && len(out) >= f.Limit {
+				return store.ErrStop
+			}
+			return nil
+		}
+		if f.State != 0 {
+			p := f.State.String() + "/"
+			return tx.Scan(bucketByState, p+s.owner+"/", store.PrefixEnd(p+s.owner+"/"), func(k string, _ []byte) error {
+				return add(strings.TrimPrefix(k, p))
+			})
+		}
+		p := s.owner + "/"
+		return tx.Scan(bucketRequests, p, store.PrefixEnd(p), func(k string, _ []byte) error { return add(k) })
+	})
+	return out, err
+}
+
+// QueueTx returns the approved and running requests of agent in ID order
+// (the running one, if any, first among equals by ID), up to limit.
+func (s *Service) QueueTx(tx store.Tx, agent string, limit int) ([]*Request, error) {
+	var out []*Request
+	p := s.owner + "/" + agent + "/"
+	err := tx.Scan(bucketQueue, p, store.PrefixEnd(p), func(k string, _ []byte) error {
+		var r Request
+		if err := store.GetJSON(tx, bucketRequests, s.owner+"/"+strings.TrimPrefix(k, p), &r); err != nil {
+			return err
+		}
+		out = append(out, &r)
+		if limit > 0 && len(out) >= limit {
+			return store.ErrStop
+		}
+		return nil
+	})
+	return out, err
+}
+
+func trim(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
