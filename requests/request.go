@@ -26,6 +26,10 @@ type Request struct {
 	// CancelRequested is set by a cancel of a running request; the agent stops
 	// at its next safe point.
 	CancelRequested bool `json:"cancel_requested,omitempty"`
+	// Progress (0-100) and Activity are the agent's last progress report,
+	// shown in the thread's status line.
+	Progress int    `json:"progress,omitempty"`
+	Activity string `json:"activity,omitempty"`
 	// Reason says why a request was cancelled, failed or expired.
 	Reason string `json:"reason,omitempty"`
 	// Result is the final answer (or the partial output of an incomplete run).

@@ -17,6 +17,7 @@ const (
 	bucketRequests = "requests"
 	bucketByState  = "requests_by_state"
 	bucketQueue    = "agent_queue"
+	bucketRunning  = "agent_running"
 	bucketByEvent  = "requests_by_event"
 
 	// TopicRequests is notified on every created or changed request.
@@ -180,12 +181,19 @@ func (s *Service) write(tx store.Tx, before, r *Request) error {
 		return err
 	}
 	qk := s.owner + "/" + r.Agent + "/" + r.ID.Key()
-	if r.State == Approved || r.State == Running {
-		if err := tx.Put(bucketQueue, qk, nil); err != nil {
+	for _, idx := range []struct {
+		bucket string
+		in     bool
+	}{{bucketQueue, r.State == Approved}, {bucketRunning, r.State == Running}} {
+		var err error
+		if idx.in {
+			err = tx.Put(idx.bucket, qk, nil)
+		} else {
+			err = tx.Delete(idx.bucket, qk)
+		}
+		if err != nil {
 			return err
 		}
-	} else if err := tx.Delete(bucketQueue, qk); err != nil {
-		return err
 	}
 	if err := store.PutJSON(tx, bucketRequests, k, r); err != nil {
 		return fmt.Errorf("requests: write %s: %w", r.ID, err)
@@ -371,12 +379,37 @@ func (s *Service) List(ctx context.Context, f Filter) ([]*Request, error) {
 	return out, err
 }
 
-// QueueTx returns the approved and running requests of agent in ID order
-// (the running one, if any, first among equals by ID), up to limit.
+// QueueTx returns the approved (queued) requests of agent in ID order, up to
+// limit (0: all).
 func (s *Service) QueueTx(tx store.Tx, agent string, limit int) ([]*Request, error) {
+	return s.indexed(tx, bucketQueue, agent, limit)
+}
+
+// RunningTx returns the running requests of agent in ID order.
+func (s *Service) RunningTx(tx store.Tx, agent string) ([]*Request, error) {
+	return s.indexed(tx, bucketRunning, agent, 0)
+}
+
+// NextTx returns what agent should work on: its running request if it has
+// one (after a restart: to resume it), else its first queued request, else nil.
+// It reads one index entry, whatever the length of the queue.
+func (s *Service) NextTx(tx store.Tx, agent string) (*Request, error) {
+	for _, b := range []string{bucketRunning, bucketQueue} {
+		rs, err := s.indexed(tx, b, agent, 1)
+		if err != nil || len(rs) > 0 {
+			if len(rs) > 0 {
+				return rs[0], err
+			}
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+func (s *Service) indexed(tx store.Tx, bucket, agent string, limit int) ([]*Request, error) {
 	var out []*Request
 	p := s.owner + "/" + agent + "/"
-	err := tx.Scan(bucketQueue, p, store.PrefixEnd(p), func(k string, _ []byte) error {
+	err := tx.Scan(bucket, p, store.PrefixEnd(p), func(k string, _ []byte) error {
 		var r Request
 		if err := store.GetJSON(tx, bucketRequests, s.owner+"/"+strings.TrimPrefix(k, p), &r); err != nil {
 			return err

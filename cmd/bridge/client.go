@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/roombridge/roombridge/requests"
+)
+
+// client talks to a running daemon's HTTP API.
+type client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// apiFlags adds --api and --config to fs; the returned func builds the client.
+func apiFlags(fs *flag.FlagSet) func() (*client, error) {
+	api := fs.String("api", "", "daemon API base URL (default: from the config and its data_dir)")
+	path := fs.String("config", "", "config file")
+	return func() (*client, error) {
+		cfg, err := loadConfig(*path)
+		if err != nil {
+			return nil, err
+		}
+		tok, err := apiTokenForClient(cfg.HTTP.APIToken, cfg.HTTP.APITokenFile)
+		if err != nil {
+			return nil, err
+		}
+		base := *api
+		if base == "" {
+			addr := cfg.HTTP.Addr
+			if b, err := os.ReadFile(filepath.Join(cfg.DataDir, addrFile)); err == nil {
+				addr = strings.TrimSpace(string(b))
+			}
+			base = "http://" + addr
+		}
+		return &client{base: strings.TrimSuffix(base, "/"), token: tok, http: &http.Client{}}, nil
+	}
+}
+
+func apiTokenForClient(token, file string) (string, error) {
+	if token != "" {
+		return token, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("http.api_token_file: %w (is the daemon set up? it creates the token on first run)", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// do calls the API; a non-2xx answer becomes an error carrying its message.
+func (c *client) do(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("calling the daemon at %s: %w", c.base, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		var e struct {
+			Error string `json:"error"`
+		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(b))
+		}
+		return nil, fmt.Errorf("%s (HTTP %d)", e.Error, resp.StatusCode)
+	}
+	return resp, nil
+}
+
+func (c *client) getJSON(ctx context.Context, method, path string, v any) error {
+	resp, err := c.do(ctx, method, path, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+func requestsList(ctx context.Context, args []string, out io.Writer) error {
+	fs := newFlags("requests list")
+	state := fs.String("state", "", "only requests in this state")
+	agent := fs.String("agent", "", "only requests of this agent")
+	mk := apiFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *state != "" {
+		if _, err := requests.ParseState(*state); err != nil {
+			return fmt.Errorf("%w: --state: %v", errUsage, err)
+		}
+	}
+	c, err := mk()
+	if err != nil {
+		return err
+	}
+	q := url.Values{}
+	if *state != "" {
+		q.Set("state", *state)
+	}
+	if *agent != "" {
+		q.Set("agent", *agent)
+	}
+	var res struct {
+		Requests []requests.Request `json:"requests"`
+	}
+	if err := c.getJSON(ctx, http.MethodGet, "/v1/requests?"+q.Encode(), &res); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tAGENT\tREQUESTER\tASK")
+	for _, r := range res.Requests {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.State, r.Agent, r.Requester, oneLine(r.Ask, 60))
+	}
+	return tw.Flush()
+}
+
+func oneLine(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// idArg validates the one ID argument of a command before any call is made.
+func idArg(fs *flag.FlagSet) (string, error) {
+	if fs.NArg() != 1 {
+		return "", fmt.Errorf("%w: %s needs exactly one request ID", errUsage, fs.Name())
+	}
+	id := fs.Arg(0)
+	if _, err := requests.ParseRef(id, time.Now()); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+func requestsShow(ctx context.Context, args []string, out io.Writer) error {
+	fs := newFlags("requests show")
+	mk := apiFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	id, err := idArg(fs)
+	if err != nil {
+		return err
+	}
+	c, err := mk()
+	if err != nil {
+		return err
+	}
+	var r requests.Request
+	if err := c.getJSON(ctx, http.MethodGet, "/v1/requests/"+url.PathEscape(id), &r); err != nil {
+		return err
+	}
+	printRequest(out, &r)
+	return nil
+}
+
+func printRequest(out io.Writer, r *requests.Request) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", k, v)
+		}
+	}
+	row("id", r.ID.String())
+	row("state", r.State.String())
+	row("agent", r.Agent)
+	row("room", r.Room)
+	row("requester", r.Requester)
+	row("ask", r.Ask)
+	row("retry_of", r.RetryOf.String())
+	row("delegated_by", r.DelegatedBy.String())
+	row("session", r.Session)
+	row("reason", r.Reason)
+	row("result", r.Result)
+	row("created", r.Created.Format(time.RFC3339))
+	_ = tw.Flush()
+}
+
+func requestAction(ctx context.Context, verb string, args []string, out io.Writer) error {
+	fs := newFlags(verb)
+	mk := apiFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	id, err := idArg(fs)
+	if err != nil {
+		return err
+	}
+	c, err := mk()
+	if err != nil {
+		return err
+	}
+	var r requests.Request
+	if err := c.getJSON(ctx, http.MethodPost, "/v1/requests/"+url.PathEscape(id)+"/"+verb, &r); err != nil {
+		return err
+	}
+	printRequest(out, &r)
+	return nil
+}
+
+func auditExport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("audit export")
+	since := fs.String("since", "", "from this time (RFC 3339 or YYYY-MM-DD), inclusive")
+	until := fs.String("until", "", "to this time, exclusive")
+	format := fs.String("format", "jsonl", "jsonl or csv")
+	output := fs.String("o", "", "write to this file instead of stdout")
+	mk := apiFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *format != "jsonl" && *format != "csv" {
+		return fmt.Errorf("%w: --format: %q (want jsonl or csv)", errUsage, *format)
+	}
+	c, err := mk()
+	if err != nil {
+		return err
+	}
+	q := url.Values{"format": {*format}}
+	if *since != "" {
+		q.Set("since", *since)
+	}
+	if *until != "" {
+		q.Set("until", *until)
+	}
+	resp, err := c.do(ctx, http.MethodGet, "/v1/audit?"+q.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var w io.Writer = stdout
+	if *output != "" {
+		f, err := os.Create(*output)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w = f
+	}
+	var total uint64
+	if *since == "" && *until == "" {
+		total, _ = strconv.ParseUint(resp.Header.Get("X-Audit-Total"), 10, 64)
+	}
+	bar := newProgressBar(stderr, total)
+	n, err := io.Copy(w, &countingReader{r: resp.Body, lines: bar.add})
+	bar.finish()
+	if err != nil {
+		return fmt.Errorf("audit export: after %d bytes: %w", n, err)
+	}
+	return nil
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/roombridge/roombridge/agents/demo"
+	"github.com/roombridge/roombridge/config"
+)
+
+// errUsage marks a command-line mistake.
+var errUsage = errors.New("usage")
+
+const usage = `usage: bridge <command> [flags]
+
+  run [--config FILE]                 run the daemon (no config: console room, embedded store, demo agents)
+  demo-agent                          the built-in demo agent (exec protocol on stdin/stdout)
+  config check [--config FILE]        validate a configuration
+  requests list [--state S] [--agent A]
+  requests show ID
+  cancel ID | retry ID
+  audit export [--since T] [--until T] [--format jsonl|csv] [-o FILE]
+
+Commands that talk to a running daemon take --api URL and --config FILE.`
+
+func run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: no command\n%s", errUsage, usage)
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "run":
+		return runCmd(ctx, rest)
+	case "demo-agent":
+		if code := demo.Main(os.Stdin, os.Stdout); code != 0 {
+			os.Exit(code)
+		}
+		return nil
+	case "config":
+		if len(rest) == 0 || rest[0] != "check" {
+			return fmt.Errorf("%w: config check [--config FILE]", errUsage)
+		}
+		return configCheck(rest[1:], os.Stdout)
+	case "requests":
+		if len(rest) == 0 {
+			return fmt.Errorf("%w: requests list|show", errUsage)
+		}
+		switch rest[0] {
+		case "list":
+			return requestsList(ctx, rest[1:], os.Stdout)
+		case "show":
+			return requestsShow(ctx, rest[1:], os.Stdout)
+		}
+		return fmt.Errorf("%w: requests list|show", errUsage)
+	case "cancel", "retry":
+		return requestAction(ctx, cmd, rest, os.Stdout)
+	case "audit":
+		if len(rest) == 0 || rest[0] != "export" {
+			return fmt.Errorf("%w: audit export [flags]", errUsage)
+		}
+		return auditExport(ctx, rest[1:], os.Stdout, os.Stderr)
+	case "help", "-h", "--help":
+		fmt.Println(usage)
+		return nil
+	}
+	return fmt.Errorf("%w: unknown command %q\n%s", errUsage, cmd, usage)
+}
+
+// newFlags returns a flag set whose errors are returned, not printed+exited.
+func newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %s: %v", errUsage, fs.Name(), err)
+	}
+	return nil
+}
+
+// loadConfig loads path, or the default configuration when path is "".
+func loadConfig(path string) (*config.Config, error) {
+	if path == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("finding own executable: %w", err)
+		}
+		return config.Default(exe), nil
+	}
+	return config.Load(path)
+}
+
+func configCheck(args []string, out io.Writer) error {
+	fs := newFlags("config check")
+	path := fs.String("config", "", "config file")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	c, err := loadConfig(*path)
+	if err != nil {
+		return err
+	}
+	var agentNames []string
+	for n := range c.Agents {
+		agentNames = append(agentNames, n)
+	}
+	fmt.Fprintf(out, "config ok: owner %s, %d room(s), agents %s\n", c.Owner, len(c.Rooms), strings.Join(sorted(agentNames), ", "))
+	return nil
+}

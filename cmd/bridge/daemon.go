@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/clock"
+	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/connectors/console"
+	"github.com/roombridge/roombridge/httpapi"
+	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/rooms"
+	"github.com/roombridge/roombridge/store/bolt"
+	"github.com/roombridge/roombridge/threads"
+)
+
+// addrFile, in the data dir, holds the address the API listens on, so the CLI
+// finds a daemon started on port 0.
+const addrFile = "http.addr"
+
+// shutdownGrace bounds how long in-flight HTTP calls may take at shutdown.
+const shutdownGrace = 5 * time.Second
+
+func runCmd(ctx context.Context, args []string) error {
+	fs := newFlags("run")
+	path := fs.String("config", "", "config file (default: console room, embedded store, demo agents)")
+	level := fs.String("log-level", "", "debug, info, warn or error (overrides log.level)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*path)
+	if err != nil {
+		return err
+	}
+	if *level != "" {
+		cfg.Log.Level = *level
+	}
+	return daemon(ctx, cfg)
+}
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(strings.ToUpper(orDefault(level, "info"))))
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// daemon runs the bridge until ctx ends.
+func daemon(ctx context.Context, cfg *config.Config) error {
+	log := newLogger(cfg.Log.Level)
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data_dir: %w", err)
+	}
+	token, err := apiToken(cfg, log)
+	if err != nil {
+		return err
+	}
+	db, err := bolt.Open(filepath.Join(cfg.DataDir, "bridge.db"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	clk := clock.Real{}
+	svc := requests.NewService(db, clk, cfg.Owner, cfg.Owners)
+
+	var conns []chat.Connector
+	if i := slices.IndexFunc(cfg.Rooms, func(r config.Room) bool { return r.Console }); i >= 0 {
+		user := "you"
+		if cfg.Console != nil {
+			user = cfg.Console.User
+		}
+		conns = append(conns, console.New(os.Stdin, os.Stdout, cfg.Rooms[i].Name, user))
+	}
+	var surfaces []string
+	for _, c := range conns {
+		surfaces = append(surfaces, c.Surface())
+	}
+	th := threads.New(cfg.Rooms, surfaces...)
+	svc.Observe(th.Observe)
+	router := rooms.New(svc, cfg.Rooms, log)
+
+	var ags []agents.Agent
+	for _, name := range sorted(mapKeys(cfg.Agents)) {
+		a := cfg.Agents[name]
+		rt, err := runtimeFor(cfg, name, a)
+		if err != nil {
+			return err
+		}
+		ags = append(ags, agents.Agent{Name: name, Runtime: rt})
+	}
+	sched := agents.NewScheduler(svc, th, log, ags...)
+	deliver := threads.NewDeliverer(db, clk, log, conns...)
+
+	api := httpapi.New(httpapi.Options{Service: svc, Router: router, Token: token, Log: log})
+	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
+	if err != nil {
+		return fmt.Errorf("http.addr: %w", err)
+	}
+	addr := ln.Addr().String()
+	if err := os.WriteFile(filepath.Join(cfg.DataDir, addrFile), []byte(addr+"\n"), 0o600); err != nil {
+		return fmt.Errorf("data_dir: %w", err)
+	}
+	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
+	log.Info("bridge started", "api", "http://"+addr, "data_dir", cfg.DataDir, "agents", len(ags), "surfaces", strings.Join(surfaces, ","))
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	start := func(name string, fn func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(ctx); err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	start("scheduler", sched.Run)
+	start("outbox", deliver.Run)
+	for _, c := range conns {
+		start(c.Surface(), func(ctx context.Context) error { return c.Run(ctx, router) })
+	}
+	start("http", func(ctx context.Context) error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errs:
+		log.Error("critical job failed; stopping", "error", runErr)
+	}
+	cancel()
+	sctx, scancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer scancel()
+	_ = srv.Shutdown(sctx)
+	wg.Wait()
+	log.Info("bridge stopped")
+	return runErr
+}
+
+func runtimeFor(cfg *config.Config, name string, a config.Agent) (agents.Runtime, error) {
+	workdir := a.Workdir
+	if workdir == "" {
+		workdir = filepath.Join(cfg.DataDir, "work", name)
+	}
+	switch a.Kind {
+	case "exec":
+		return &agents.Exec{Command: a.Command, Workdir: workdir}, nil
+	}
+	return nil, fmt.Errorf("agents.%s.kind: the %s runtime is not available yet", name, a.Kind)
+}
+
+// apiToken reads the API token, creating a random one (mode 0600) when the
+// token file does not exist yet.
+func apiToken(cfg *config.Config, log *slog.Logger) (string, error) {
+	if cfg.HTTP.APIToken != "" {
+		return cfg.HTTP.APIToken, nil
+	}
+	tok, err := config.Secret("http.api_token", "", cfg.HTTP.APITokenFile)
+	if err == nil && tok != "" {
+		return tok, nil
+	}
+	if _, statErr := os.Stat(cfg.HTTP.APITokenFile); !errors.Is(statErr, fs.ErrNotExist) {
+		if err == nil {
+			err = errors.New("the file is empty")
+		}
+		return "", fmt.Errorf("http.api_token_file: %w", err)
+	}
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	tok = hex.EncodeToString(b)
+	if err := os.MkdirAll(filepath.Dir(cfg.HTTP.APITokenFile), 0o700); err != nil {
+		return "", fmt.Errorf("http.api_token_file: %w", err)
+	}
+	if err := os.WriteFile(cfg.HTTP.APITokenFile, []byte(tok+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("http.api_token_file: %w", err)
+	}
+	log.Info("created a new API token", "file", cfg.HTTP.APITokenFile)
+	return tok, nil
+}
+
+func mapKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func sorted(s []string) []string {
+	slices.Sort(s)
+	return s
+}

@@ -1,0 +1,504 @@
+// Package config loads and validates the bridge's YAML configuration; every
+// error names the exact key it is about.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the whole configuration (DESIGN §5).
+type Config struct {
+	Owner     string           `yaml:"owner"`
+	Owners    []string         `yaml:"owners"`
+	DataDir   string           `yaml:"data_dir"`
+	HTTP      HTTP             `yaml:"http"`
+	Slack     *Slack           `yaml:"slack"`
+	Feishu    *Feishu          `yaml:"feishu"`
+	Console   *Console         `yaml:"console"`
+	Rooms     []Room           `yaml:"rooms"`
+	Agents    map[string]Agent `yaml:"agents"`
+	Approvals Approvals        `yaml:"approvals"`
+	HA        *HA              `yaml:"ha"`
+	Log       Log              `yaml:"log"`
+}
+
+// HTTP is the API server.
+type HTTP struct {
+	Addr         string `yaml:"addr"`
+	APIToken     string `yaml:"api_token"`
+	APITokenFile string `yaml:"api_token_file"`
+}
+
+// Slack is the Slack connector.
+type Slack struct {
+	Mode              string `yaml:"mode"` // socket (default) or events
+	BotToken          string `yaml:"bot_token"`
+	BotTokenFile      string `yaml:"bot_token_file"`
+	AppToken          string `yaml:"app_token"`
+	AppTokenFile      string `yaml:"app_token_file"`
+	SigningSecret     string `yaml:"signing_secret"`
+	SigningSecretFile string `yaml:"signing_secret_file"`
+	APIURL            string `yaml:"api_url"` // tests only
+	BroadcastFinal    bool   `yaml:"broadcast_final"`
+}
+
+// Feishu is the Feishu connector.
+type Feishu struct {
+	Mode                  string `yaml:"mode"` // ws (default) or callback
+	AppID                 string `yaml:"app_id"`
+	AppSecret             string `yaml:"app_secret"`
+	AppSecretFile         string `yaml:"app_secret_file"`
+	VerificationToken     string `yaml:"verification_token"`
+	VerificationTokenFile string `yaml:"verification_token_file"`
+	EncryptKey            string `yaml:"encrypt_key"`
+	EncryptKeyFile        string `yaml:"encrypt_key_file"`
+	BaseURL               string `yaml:"base_url"` // tests only
+}
+
+// Console is the terminal room.
+type Console struct {
+	// User is who types in the terminal (console:<user>).
+	User string `yaml:"user"`
+}
+
+// Room is a chat channel bound to agents.
+type Room struct {
+	Name         string   `yaml:"name"`
+	SlackChannel string   `yaml:"slack_channel"`
+	FeishuChat   string   `yaml:"feishu_chat"`
+	Console      bool     `yaml:"console"`
+	Agents       []string `yaml:"agents"`
+	Members      []string `yaml:"members"`
+	Approvers    []string `yaml:"approvers"`
+	// ApprovalTTL overrides approvals.ttl for this room.
+	ApprovalTTL time.Duration `yaml:"approval_ttl"`
+}
+
+// Agent is a named runtime.
+type Agent struct {
+	Kind               string        `yaml:"kind"` // exec, claude, codex
+	Command            []string      `yaml:"command"`
+	Workdir            string        `yaml:"workdir"`
+	MaxBackgroundTasks int           `yaml:"max_background_tasks"`
+	TurnTimeout        time.Duration `yaml:"turn_timeout"`
+}
+
+// Approvals configures approval expiry.
+type Approvals struct {
+	TTL   time.Duration `yaml:"ttl"`
+	Sweep string        `yaml:"sweep"`
+}
+
+// HA configures leader election on etcd.
+type HA struct {
+	Etcd     []string      `yaml:"etcd"`
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	Prefix   string        `yaml:"prefix"`
+}
+
+// Log configures logging.
+type Log struct {
+	Level string `yaml:"level"`
+}
+
+// Error is a configuration error about one key.
+type Error struct {
+	Key string
+	Msg string
+}
+
+func (e *Error) Error() string { return "config: " + e.Key + ": " + e.Msg }
+
+func keyErr(key, format string, args ...any) error {
+	return &Error{Key: key, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Load reads, expands, checks and validates the file at path.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(b)
+}
+
+// Parse is Load from bytes.
+func Parse(b []byte) (*Config, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(b, &root); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if len(root.Content) == 0 {
+		return nil, errors.New("config: the file is empty")
+	}
+	doc := root.Content[0]
+	if err := expandEnv(doc, ""); err != nil {
+		return nil, err
+	}
+	if err := checkKeys(doc, reflect.TypeFor[Config](), ""); err != nil {
+		return nil, err
+	}
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(mustMarshal(doc)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	c.setDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func mustMarshal(n *yaml.Node) []byte {
+	b, err := yaml.Marshal(n)
+	if err != nil {
+		panic(err) // a node that was just parsed always marshals
+	}
+	return b
+}
+
+var envRE = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// expandEnv replaces ${VAR} in every scalar value; an unset variable is an
+// error naming the key that uses it.
+func expandEnv(n *yaml.Node, path string) error {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		var missing string
+		n.Value = envRE.ReplaceAllStringFunc(n.Value, func(m string) string {
+			name := m[2 : len(m)-1]
+			v, ok := os.LookupEnv(name)
+			if !ok && missing == "" {
+				missing = name
+			}
+			return v
+		})
+		if missing != "" {
+			return keyErr(path, "environment variable %s is not set", missing)
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if err := expandEnv(n.Content[i+1], join(path, n.Content[i].Value)); err != nil {
+				return err
+			}
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			if err := expandEnv(c, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// checkKeys walks the YAML tree against the Go type and reports the first key
+// that the type does not have, by its full path.
+func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		if t == reflect.TypeFor[time.Duration]() || n.Kind != yaml.MappingNode {
+			return nil
+		}
+		fields := map[string]reflect.Type{}
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if name != "" && name != "-" {
+				fields[name] = f.Type
+			}
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i].Value
+			ft, ok := fields[k]
+			if !ok {
+				return keyErr(join(path, k), "unknown key (line %d)", n.Content[i].Line)
+			}
+			if err := checkKeys(n.Content[i+1], ft, join(path, k)); err != nil {
+				return err
+			}
+		}
+	case reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			return nil
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if err := checkKeys(n.Content[i+1], t.Elem(), join(path, n.Content[i].Value)); err != nil {
+				return err
+			}
+		}
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			return nil
+		}
+		for i, c := range n.Content {
+			if err := checkKeys(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Defaults applied to keys left out.
+const (
+	DefaultAddr       = "127.0.0.1:8420"
+	DefaultDataDir    = "./.roombridge"
+	DefaultTTL        = 24 * time.Hour
+	DefaultSweep      = "@every 1m"
+	DefaultMaxTasks   = 3
+	DefaultLeaseTTL   = 5 * time.Second
+	DefaultHAPrefix   = "/roombridge"
+	defaultTokenFile  = "api.token"
+	defaultConsoleWho = "you"
+)
+
+func (c *Config) setDefaults() {
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir
+	}
+	if c.HTTP.Addr == "" {
+		c.HTTP.Addr = DefaultAddr
+	}
+	if c.HTTP.APIToken == "" && c.HTTP.APITokenFile == "" {
+		c.HTTP.APITokenFile = filepath.Join(c.DataDir, defaultTokenFile)
+	}
+	if c.Approvals.TTL == 0 {
+		c.Approvals.TTL = DefaultTTL
+	}
+	if c.Approvals.Sweep == "" {
+		c.Approvals.Sweep = DefaultSweep
+	}
+	if c.Console != nil && c.Console.User == "" {
+		c.Console.User = defaultConsoleWho
+	}
+	for name, a := range c.Agents {
+		if a.Kind == "" {
+			a.Kind = "exec"
+		}
+		if a.MaxBackgroundTasks == 0 {
+			a.MaxBackgroundTasks = DefaultMaxTasks
+		}
+		c.Agents[name] = a
+	}
+	if c.Slack != nil && c.Slack.Mode == "" {
+		c.Slack.Mode = "socket"
+	}
+	if c.Feishu != nil && c.Feishu.Mode == "" {
+		c.Feishu.Mode = "ws"
+	}
+	if c.HA != nil {
+		if c.HA.LeaseTTL == 0 {
+			c.HA.LeaseTTL = DefaultLeaseTTL
+		}
+		if c.HA.Prefix == "" {
+			c.HA.Prefix = DefaultHAPrefix
+		}
+	}
+}
+
+var userRE = regexp.MustCompile(`^(slack|feishu|console|api):[^\s:]+$`)
+
+// Validate checks required keys and cross references.
+func (c *Config) Validate() error {
+	if c.Owner == "" {
+		return keyErr("owner", "required")
+	}
+	for i, u := range c.Owners {
+		if !userRE.MatchString(u) {
+			return keyErr(fmt.Sprintf("owners[%d]", i), "%q is not a user (want surface:id, e.g. slack:U123)", u)
+		}
+	}
+	if len(c.Agents) == 0 {
+		return keyErr("agents", "required: at least one agent")
+	}
+	for name, a := range c.Agents {
+		k := "agents." + name
+		switch a.Kind {
+		case "exec", "claude", "codex":
+		default:
+			return keyErr(k+".kind", "unknown kind %q (want exec, claude or codex)", a.Kind)
+		}
+		if a.Kind == "exec" && len(a.Command) == 0 {
+			return keyErr(k+".command", "required for kind exec")
+		}
+		if a.MaxBackgroundTasks < 0 {
+			return keyErr(k+".max_background_tasks", "must not be negative")
+		}
+	}
+	if len(c.Rooms) == 0 {
+		return keyErr("rooms", "required: at least one room")
+	}
+	names := map[string]bool{}
+	for i, r := range c.Rooms {
+		k := fmt.Sprintf("rooms[%d]", i)
+		if r.Name == "" {
+			return keyErr(k+".name", "required")
+		}
+		if names[r.Name] {
+			return keyErr(k+".name", "duplicate room %q", r.Name)
+		}
+		names[r.Name] = true
+		if r.SlackChannel == "" && r.FeishuChat == "" && !r.Console {
+			return keyErr(k, "bind the room to slack_channel, feishu_chat or console")
+		}
+		if r.SlackChannel != "" && c.Slack == nil {
+			return keyErr(k+".slack_channel", "set, but there is no slack section")
+		}
+		if r.FeishuChat != "" && c.Feishu == nil {
+			return keyErr(k+".feishu_chat", "set, but there is no feishu section")
+		}
+		if len(r.Agents) == 0 {
+			return keyErr(k+".agents", "required: at least one agent")
+		}
+		for j, a := range r.Agents {
+			if _, ok := c.Agents[a]; !ok {
+				return keyErr(fmt.Sprintf("%s.agents[%d]", k, j), "unknown agent %q", a)
+			}
+		}
+		for _, list := range []struct {
+			key   string
+			users []string
+		}{{"members", r.Members}, {"approvers", r.Approvers}} {
+			for j, u := range list.users {
+				if !userRE.MatchString(u) {
+					return keyErr(fmt.Sprintf("%s.%s[%d]", k, list.key, j), "%q is not a user (want surface:id)", u)
+				}
+			}
+		}
+		if r.ApprovalTTL < 0 {
+			return keyErr(k+".approval_ttl", "must not be negative")
+		}
+	}
+	if c.HTTP.APIToken != "" && c.HTTP.APITokenFile != "" {
+		return keyErr("http.api_token", "set either api_token or api_token_file, not both")
+	}
+	if s := c.Slack; s != nil {
+		if err := secretPair("slack.bot_token", s.BotToken, s.BotTokenFile, true); err != nil {
+			return err
+		}
+		switch s.Mode {
+		case "socket":
+			if err := secretPair("slack.app_token", s.AppToken, s.AppTokenFile, true); err != nil {
+				return err
+			}
+		case "events":
+			if err := secretPair("slack.signing_secret", s.SigningSecret, s.SigningSecretFile, true); err != nil {
+				return err
+			}
+		default:
+			return keyErr("slack.mode", "unknown mode %q (want socket or events)", s.Mode)
+		}
+	}
+	if f := c.Feishu; f != nil {
+		if f.AppID == "" {
+			return keyErr("feishu.app_id", "required")
+		}
+		if err := secretPair("feishu.app_secret", f.AppSecret, f.AppSecretFile, true); err != nil {
+			return err
+		}
+		switch f.Mode {
+		case "ws":
+		case "callback":
+			if err := secretPair("feishu.verification_token", f.VerificationToken, f.VerificationTokenFile, true); err != nil {
+				return err
+			}
+		default:
+			return keyErr("feishu.mode", "unknown mode %q (want ws or callback)", f.Mode)
+		}
+	}
+	if c.Approvals.TTL < 0 {
+		return keyErr("approvals.ttl", "must not be negative")
+	}
+	if h := c.HA; h != nil && len(h.Etcd) == 0 {
+		return keyErr("ha.etcd", "required: at least one etcd endpoint")
+	}
+	switch strings.ToLower(c.Log.Level) {
+	case "", "debug", "info", "warn", "error":
+	default:
+		return keyErr("log.level", "unknown level %q (want debug, info, warn or error)", c.Log.Level)
+	}
+	return nil
+}
+
+func secretPair(key, value, file string, required bool) error {
+	switch {
+	case value != "" && file != "":
+		return keyErr(key, "set either %s or %s_file, not both", lastPart(key), lastPart(key))
+	case value == "" && file == "" && required:
+		return keyErr(key, "required (or %s_file)", lastPart(key))
+	}
+	return nil
+}
+
+func lastPart(key string) string { return key[strings.LastIndex(key, ".")+1:] }
+
+// Secret returns value, or the trimmed content of file when value is empty.
+func Secret(key, value, file string) (string, error) {
+	if value != "" || file == "" {
+		return value, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", keyErr(key+"_file", "%v", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// Room returns the room named name.
+func (c *Config) Room(name string) (Room, bool) {
+	for _, r := range c.Rooms {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return Room{}, false
+}
+
+// Default is the configuration used when no file is given: the console room,
+// the embedded store and the demo agents, run as exe demo-agent.
+func Default(exe string) *Config {
+	c := &Config{
+		Owner:   "local",
+		Console: &Console{User: consoleUser()},
+		Rooms: []Room{{
+			Name: "console", Console: true, Agents: []string{"coder", "reviewer"},
+		}},
+		Agents: map[string]Agent{
+			"coder":    {Kind: "exec", Command: []string{exe, "demo-agent"}},
+			"reviewer": {Kind: "exec", Command: []string{exe, "demo-agent"}},
+		},
+	}
+	c.Owners = []string{"console:" + c.Console.User}
+	c.setDefaults()
+	return c
+}
+
+func consoleUser() string {
+	if u := os.Getenv("USER"); userRE.MatchString("console:" + u) {
+		return u
+	}
+	return defaultConsoleWho
+}

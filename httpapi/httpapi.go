@@ -1,0 +1,333 @@
+// Package httpapi serves the bridge's HTTP API (requests, audit), health,
+// readiness and metrics, and mounts the platform webhooks and the MCP
+// endpoint.
+package httpapi
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/roombridge/roombridge/audit"
+	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/rooms"
+	"github.com/roombridge/roombridge/store"
+)
+
+// MaxBody bounds request bodies.
+const MaxBody = 1 << 20
+
+// APIActor is how callers holding the API token appear in the audit log.
+const APIActor = chat.API + ":token"
+
+// Server is the HTTP API.
+type Server struct {
+	svc    *requests.Service
+	router *rooms.Router
+	token  string
+	ready  func() bool
+	log    *slog.Logger
+	mux    *http.ServeMux
+}
+
+// Options configure a Server.
+type Options struct {
+	Service *requests.Service
+	Router  *rooms.Router
+	// Token is the bearer token /v1 requires.
+	Token string
+	// Ready reports readiness for /readyz (nil: always ready).
+	Ready    func() bool
+	Log      *slog.Logger
+	Registry *prometheus.Registry
+}
+
+// New returns a Server.
+func New(o Options) *Server {
+	s := &Server{svc: o.Service, router: o.Router, token: o.Token, ready: o.Ready, log: o.Log, mux: http.NewServeMux()}
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if s.ready != nil && !s.ready() {
+			writeError(w, http.StatusServiceUnavailable, "not ready: this instance is not the leader")
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	reg := o.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	s.handle("GET /v1/requests", s.listRequests)
+	s.handle("POST /v1/requests", s.createRequest)
+	s.handle("GET /v1/requests/{id}", s.getRequest)
+	s.handle("POST /v1/requests/{id}/cancel", s.cancelRequest)
+	s.handle("POST /v1/requests/{id}/retry", s.retryRequest)
+	s.handle("GET /v1/audit", s.exportAudit)
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Mount adds a handler (webhooks, /mcp) that does its own authentication.
+func (s *Server) Mount(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// Handle adds an /v1 handler behind the bearer token.
+func (s *Server) Handle(pattern string, h http.HandlerFunc) { s.handle(pattern, h) }
+
+func (s *Server) handle(pattern string, h http.HandlerFunc) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		if !s.authorized(r) {
+			s.refuseAuth(r)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="roombridge"`)
+			writeError(w, http.StatusUnauthorized, "missing or wrong API token (Authorization: Bearer <token>)")
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
+		h(w, r)
+	})
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && s.token != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.token)) == 1
+}
+
+// refuseAuth audits a refused call (no state changes).
+func (s *Server) refuseAuth(r *http.Request) {
+	err := s.svc.Store().Update(r.Context(), func(tx store.Tx) error {
+		return audit.Append(tx, audit.Record{
+			Time: s.svc.Clock().Now(), Actor: "api:unauthenticated", Surface: chat.API, Action: "auth_refused",
+			Detail: fmt.Sprintf("%s %s from %s", r.Method, r.URL.Path, r.RemoteAddr),
+		})
+	})
+	if err != nil {
+		s.log.ErrorContext(r.Context(), "auditing refused call", "error", err)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+// fail maps a domain error to its HTTP status.
+func fail(w http.ResponseWriter, err error) {
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.Is(err, requests.ErrBadID):
+		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, requests.ErrUnknown):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, rooms.ErrForbidden):
+		writeError(w, http.StatusForbidden, err.Error())
+	case errors.Is(err, requests.ErrIllegalTransition):
+		writeError(w, http.StatusConflict, err.Error())
+	case errors.As(err, &mbe):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", mbe.Limit))
+	case errors.Is(err, context.Canceled):
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	default:
+		writeError(w, http.StatusUnprocessableEntity, err.Error())
+	}
+}
+
+func (s *Server) pathID(r *http.Request) (requests.ID, error) {
+	return requests.ParseRef(r.PathValue("id"), s.svc.Clock().Now())
+}
+
+func (s *Server) listRequests(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := requests.Filter{Agent: q.Get("agent")}
+	if st := q.Get("state"); st != "" {
+		state, err := requests.ParseState(st)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		f.State = state
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, "limit: want a non-negative number")
+			return
+		}
+		f.Limit = n
+	}
+	list, err := s.svc.List(r.Context(), f)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	if list == nil {
+		list = []*requests.Request{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"requests": list, "count": len(list)})
+}
+
+func (s *Server) getRequest(w http.ResponseWriter, r *http.Request) {
+	id, err := s.pathID(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	req, err := s.svc.Get(r.Context(), id)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, req)
+}
+
+// CreateBody is the body of POST /v1/requests.
+type CreateBody struct {
+	Room  string `json:"room"`
+	Agent string `json:"agent"`
+	Text  string `json:"text"`
+}
+
+func (s *Server) createRequest(w http.ResponseWriter, r *http.Request) {
+	var b CreateBody
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&b); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			fail(w, err)
+			return
+		}
+		writeError(w, http.StatusBadRequest, "malformed JSON body: "+err.Error())
+		return
+	}
+	room, ok := s.router.RoomNamed(b.Room)
+	if !ok {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("room: unknown room %q", b.Room))
+		return
+	}
+	if b.Agent == "" {
+		b.Agent = room.Agents[0]
+	}
+	if !contains(room.Agents, b.Agent) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("agent: %q is not an agent of room %s", b.Agent, room.Name))
+		return
+	}
+	if strings.TrimSpace(b.Text) == "" {
+		writeError(w, http.StatusBadRequest, "text: required")
+		return
+	}
+	req, err := s.svc.Create(r.Context(), requests.Ask{Agent: b.Agent, Room: room.Name, Surface: chat.API, User: APIActor, Text: b.Text, Approved: true})
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, req)
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) cancelRequest(w http.ResponseWriter, r *http.Request) {
+	id, err := s.pathID(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	req, err := s.router.Cancel(r.Context(), id, APIActor, chat.API)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, req)
+}
+
+func (s *Server) retryRequest(w http.ResponseWriter, r *http.Request) {
+	id, err := s.pathID(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	req, err := s.router.Retry(r.Context(), id, APIActor, chat.API)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, req)
+}
+
+// ParseTime accepts RFC 3339 times and YYYY-MM-DD days (UTC).
+func ParseTime(key, v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02"} {
+		if t, err := time.Parse(layout, v); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%s: %q is not a time (want RFC 3339 or YYYY-MM-DD)", key, v)
+}
+
+func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	since, err := ParseTime("since", q.Get("since"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	until, err := ParseTime("until", q.Get("until"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	format, err := audit.ParseFormat(q.Get("format"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "format: "+err.Error())
+		return
+	}
+	query := audit.Query{Since: since, Until: until}
+	if rid := q.Get("request"); rid != "" {
+		id, err := requests.ParseRef(rid, s.svc.Clock().Now())
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		query.RequestID = id.String()
+	}
+	if format == audit.CSV {
+		w.Header().Set("Content-Type", "text/csv")
+	} else {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+	}
+	if n, err := audit.Count(r.Context(), s.svc.Store()); err == nil {
+		w.Header().Set("X-Audit-Total", strconv.FormatUint(n, 10))
+	}
+	if _, err := audit.Export(r.Context(), s.svc.Store(), query, format, w, nil); err != nil {
+		s.log.ErrorContext(r.Context(), "audit export failed mid-stream", "error", err)
+	}
+}

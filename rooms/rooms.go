@@ -1,0 +1,259 @@
+// Package rooms is where a surface meets the core: it resolves which room,
+// agent and user an inbound chat event is about, checks who may do what, and
+// routes it (an ask becomes a request, a command or click a decision).
+package rooms
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/store"
+)
+
+// ErrForbidden: the actor may not do this.
+var ErrForbidden = errors.New("not allowed")
+
+// Router routes inbound events and carries out the actions people take, from
+// chat, the HTTP API or the CLI alike.
+type Router struct {
+	svc   *requests.Service
+	rooms []config.Room
+	log   *slog.Logger
+}
+
+// New returns a Router over rooms.
+func New(svc *requests.Service, rooms []config.Room, log *slog.Logger) *Router {
+	return &Router{svc: svc, rooms: rooms, log: log}
+}
+
+// Room returns the room a surface channel is bound to.
+func (rt *Router) Room(surface, channel string) (config.Room, bool) {
+	for _, r := range rt.rooms {
+		switch {
+		case surface == chat.Slack && r.SlackChannel != "" && r.SlackChannel == channel,
+			surface == chat.Feishu && r.FeishuChat != "" && r.FeishuChat == channel,
+			surface == chat.Console && r.Console && r.Name == channel:
+			return r, true
+		}
+	}
+	return config.Room{}, false
+}
+
+// RoomNamed returns the room called name.
+func (rt *Router) RoomNamed(name string) (config.Room, bool) {
+	for _, r := range rt.rooms {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return config.Room{}, false
+}
+
+// MayAsk reports whether user may ask agents in room: owners, approvers, and
+// members (everyone, when the room lists no members).
+func (rt *Router) MayAsk(room config.Room, user string) bool {
+	return rt.svc.IsOwner(user) || strings.HasPrefix(user, chat.API+":") || len(room.Members) == 0 ||
+		slices.Contains(room.Members, user) || slices.Contains(room.Approvers, user)
+}
+
+// MayDecide reports whether user may approve or deny in room: its approvers
+// and the owners (and holders of the API token).
+func (rt *Router) MayDecide(room config.Room, user string) bool {
+	return rt.svc.IsOwner(user) || strings.HasPrefix(user, chat.API+":") || slices.Contains(room.Approvers, user)
+}
+
+// Handle implements chat.Handler.
+func (rt *Router) Handle(ctx context.Context, ev chat.Event) chat.Response {
+	var msg string
+	var err error
+	switch ev.Kind {
+	case chat.Ask:
+		var r *requests.Request
+		r, err = rt.Ask(ctx, ev)
+		if err == nil {
+			msg = fmt.Sprintf("%s → %s (%s)", r.ID, r.Agent, r.State)
+		}
+	case chat.Command:
+		msg, err = rt.command(ctx, ev)
+	case chat.Reply:
+		err = errors.New("replies in a thread are not delivered to agents yet")
+	default:
+		err = fmt.Errorf("unsupported event %q", ev.Kind)
+	}
+	if errors.Is(err, requests.ErrDuplicate) {
+		return chat.Response{} // a platform retry: already handled
+	}
+	if err != nil {
+		rt.log.InfoContext(ctx, "refused", "surface", ev.Surface, "user", ev.User, "kind", string(ev.Kind), "error", err)
+		return chat.Response{Text: userMessage(err), Error: true}
+	}
+	return chat.Response{Text: msg}
+}
+
+// Ask turns an ask into a request for the named agent ("@coder ..." or
+// "coder: ...") or the room's first agent.
+func (rt *Router) Ask(ctx context.Context, ev chat.Event) (*requests.Request, error) {
+	room, ok := rt.Room(ev.Surface, ev.Channel)
+	if !ok {
+		return nil, fmt.Errorf("%s %s is not bound to a room", ev.Surface, ev.Channel)
+	}
+	if !rt.MayAsk(room, ev.User) {
+		return nil, fmt.Errorf("%w: %s is not a member of room %s", ErrForbidden, ev.User, room.Name)
+	}
+	agent, text := splitAgent(room, ev.Text)
+	if strings.TrimSpace(text) == "" {
+		return nil, fmt.Errorf("the ask for %s is empty", agent)
+	}
+	var key string
+	if ev.ID != "" {
+		key = ev.Surface + ":" + ev.ID
+	}
+	return rt.svc.Create(ctx, requests.Ask{Agent: agent, Room: room.Name, Surface: ev.Surface, User: ev.User, Text: text, EventKey: key})
+}
+
+// splitAgent takes the agent's name off the front of text, if it names one of
+// the room's agents.
+func splitAgent(room config.Room, text string) (agent, rest string) {
+	text = strings.TrimSpace(text)
+	first, rest, _ := strings.Cut(text, " ")
+	name := strings.TrimSuffix(strings.TrimPrefix(first, "@"), ":")
+	if slices.Contains(room.Agents, name) {
+		return name, strings.TrimSpace(rest)
+	}
+	return room.Agents[0], text
+}
+
+func (rt *Router) command(ctx context.Context, ev chat.Event) (string, error) {
+	verb, arg, _ := strings.Cut(strings.TrimSpace(ev.Text), " ")
+	arg = strings.TrimSpace(arg)
+	if verb == "help" {
+		return "commands: @agent ask | approve ID | deny ID | cancel ID | retry ID | show ID", nil
+	}
+	id, err := requests.ParseRef(arg, rt.svc.Clock().Now())
+	if err != nil {
+		return "", err
+	}
+	switch verb {
+	case "approve", "deny":
+		r, err := rt.Decide(ctx, id, verb == "approve", ev.User, ev.Surface)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s %s", r.ID, r.State), nil
+	case "cancel":
+		r, err := rt.Cancel(ctx, id, ev.User, ev.Surface)
+		if err != nil {
+			return "", err
+		}
+		if r.State == requests.Running {
+			return fmt.Sprintf("%s will stop at its next safe point", r.ID), nil
+		}
+		return fmt.Sprintf("%s cancelled", r.ID), nil
+	case "retry":
+		r, err := rt.Retry(ctx, id, ev.User, ev.Surface)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s → %s (%s), retry of %s", r.ID, r.Agent, r.State, id), nil
+	case "show":
+		r, err := rt.svc.Get(ctx, id)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s · %s · %s · asked by %s: %s", r.ID, r.Agent, r.State, r.Requester, r.Ask), nil
+	}
+	return "", fmt.Errorf("unknown command %q (try help)", verb)
+}
+
+func (rt *Router) roomOf(r *requests.Request) config.Room {
+	room, _ := rt.RoomNamed(r.Room)
+	return room
+}
+
+// Decide approves or denies a pending request.
+func (rt *Router) Decide(ctx context.Context, id requests.ID, approve bool, user, surface string) (*requests.Request, error) {
+	var out *requests.Request
+	err := rt.svc.Store().Update(ctx, func(tx store.Tx) error {
+		r, err := rt.svc.GetTx(tx, id)
+		if err != nil {
+			return err
+		}
+		if !rt.MayDecide(rt.roomOf(r), user) {
+			return fmt.Errorf("%w: %s may not approve requests in room %s", ErrForbidden, user, r.Room)
+		}
+		if r.State != requests.Pending {
+			return fmt.Errorf("%s is %s, not waiting for approval", r.ID, r.State)
+		}
+		c := requests.Change{Event: requests.Approve, Actor: user, Surface: surface}
+		if !approve {
+			c.Event = requests.Deny
+			c.Detail = "denied by " + user
+			c.Mutate = func(r *requests.Request) { r.Reason = "denied by " + user }
+		}
+		out, err = rt.svc.ApplyTx(tx, id, c)
+		return err
+	})
+	return out, err
+}
+
+// Cancel cancels a request: at once if it has not started, at its next safe
+// point if it runs. Its requester, the room's approvers and owners may.
+func (rt *Router) Cancel(ctx context.Context, id requests.ID, user, surface string) (*requests.Request, error) {
+	var out *requests.Request
+	err := rt.svc.Store().Update(ctx, func(tx store.Tx) error {
+		r, err := rt.svc.GetTx(tx, id)
+		if err != nil {
+			return err
+		}
+		if r.Requester != user && !rt.MayDecide(rt.roomOf(r), user) {
+			return fmt.Errorf("%w: only its requester, the room's approvers or an owner may cancel %s", ErrForbidden, r.ID)
+		}
+		reason := "cancelled by " + user
+		switch {
+		case r.State.Terminal():
+			return fmt.Errorf("%s has already ended (%s)", r.ID, r.State)
+		case r.State == requests.Running:
+			if r.CancelRequested {
+				out = r
+				return nil
+			}
+			out, err = rt.svc.UpdateTx(tx, id, user, "cancel_requested", reason, func(r *requests.Request) {
+				r.CancelRequested, r.Reason = true, reason
+			})
+			return err
+		default:
+			out, err = rt.svc.ApplyTx(tx, id, requests.Change{Event: requests.Cancel, Actor: user, Surface: surface,
+				Detail: reason, Mutate: func(r *requests.Request) { r.Reason = reason }})
+			return err
+		}
+	})
+	return out, err
+}
+
+// Retry makes a new request asking again what an ended request asked.
+func (rt *Router) Retry(ctx context.Context, id requests.ID, user, surface string) (*requests.Request, error) {
+	old, err := rt.svc.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !rt.MayAsk(rt.roomOf(old), user) {
+		return nil, fmt.Errorf("%w: %s is not a member of room %s", ErrForbidden, user, old.Room)
+	}
+	return rt.svc.Retry(ctx, id, user, surface)
+}
+
+// userMessage is the one place that turns an error into what a person reads.
+func userMessage(err error) string {
+	msg := err.Error()
+	for _, p := range []string{"requests: create: ", "requests: ", "rooms: "} {
+		msg = strings.TrimPrefix(msg, p)
+	}
+	return msg
+}

@@ -1,0 +1,168 @@
+// Package threads renders requests into thread titles, status lines and cards,
+// and delivers the outbox: effects in order per thread, status edits
+// coalesced, each recorded as delivered in the store.
+package threads
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/store"
+)
+
+// Buckets of this package.
+const (
+	bucketThreadRefs  = "thread_refs"
+	bucketMessageRefs = "message_refs"
+)
+
+// Op is what an effect does.
+type Op string
+
+// Effect operations.
+const (
+	OpThread Op = "thread" // post the parent of a request's thread
+	OpReply  Op = "reply"  // post in a request's thread
+	OpUpdate Op = "update" // replace a posted message
+	OpDirect Op = "direct" // message one user directly
+)
+
+// Effect is the payload of an outbox entry.
+type Effect struct {
+	Op      Op           `json:"op"`
+	Request string       `json:"request"`
+	Surface string       `json:"surface"`
+	Channel string       `json:"channel,omitempty"` // OpThread
+	User    string       `json:"user,omitempty"`    // OpDirect: the surface's user ID
+	Ref     string       `json:"ref,omitempty"`     // OpUpdate: name of the message to replace
+	Save    string       `json:"save,omitempty"`    // name to record the posted message under
+	Message chat.Message `json:"message"`
+}
+
+// Threads decides where each request's thread lives and turns request
+// changes into outbox effects, in the transaction of the change.
+type Threads struct {
+	rooms    map[string]config.Room
+	surfaces map[string]bool
+}
+
+// New returns Threads for the given rooms; surfaces are those with a running
+// connector.
+func New(rooms []config.Room, surfaces ...string) *Threads {
+	t := &Threads{rooms: map[string]config.Room{}, surfaces: map[string]bool{}}
+	for _, r := range rooms {
+		t.rooms[r.Name] = r
+	}
+	for _, s := range surfaces {
+		t.surfaces[s] = true
+	}
+	return t
+}
+
+// Place returns the surface and channel of a request's thread: the surface it
+// was asked on if the room is bound there, else the room's first bound
+// surface (Slack, Feishu, console).
+func (t *Threads) Place(r *requests.Request) (surface, channel string, ok bool) {
+	room, found := t.rooms[r.Room]
+	if !found {
+		return "", "", false
+	}
+	bound := []struct{ surface, channel string }{
+		{chat.Slack, room.SlackChannel},
+		{chat.Feishu, room.FeishuChat},
+	}
+	if room.Console {
+		bound = append(bound, struct{ surface, channel string }{chat.Console, room.Name})
+	}
+	for _, b := range bound {
+		if b.surface == r.Surface && b.channel != "" && t.surfaces[b.surface] {
+			return b.surface, b.channel, true
+		}
+	}
+	for _, b := range bound {
+		if b.channel != "" && t.surfaces[b.surface] {
+			return b.surface, b.channel, true
+		}
+	}
+	return "", "", false
+}
+
+// ParentRef is the name under which a request's parent message is recorded.
+func ParentRef(id string) string { return id + "/parent" }
+
+// Observe is a requests.Observer: a new request gets its thread, every change
+// updates the parent's status (coalesced), an ending posts the outcome.
+func (t *Threads) Observe(tx store.Tx, before, after *requests.Request) error {
+	surface, channel, ok := t.Place(after)
+	if !ok {
+		return nil
+	}
+	id := after.ID.String()
+	if before == nil {
+		return Enqueue(tx, Effect{Op: OpThread, Request: id, Surface: surface, Channel: channel,
+			Save: ParentRef(id), Message: Parent(after)})
+	}
+	if after.State.Terminal() && !before.State.Terminal() {
+		if err := t.Reply(tx, after, Outcome(after)); err != nil {
+			return err
+		}
+	}
+	if StatusLine(before) != StatusLine(after) || before.Ask != after.Ask {
+		return Enqueue(tx, Effect{Op: OpUpdate, Request: id, Surface: surface,
+			Ref: ParentRef(id), Message: Parent(after)})
+	}
+	return nil
+}
+
+// Reply queues m as a reply in r's thread.
+func (t *Threads) Reply(tx store.Tx, r *requests.Request, m chat.Message) error {
+	surface, _, ok := t.Place(r)
+	if !ok {
+		return nil
+	}
+	if m.Request == "" {
+		m.Request = r.ID.String()
+	}
+	return Enqueue(tx, Effect{Op: OpReply, Request: r.ID.String(), Surface: surface, Message: m})
+}
+
+// Enqueue puts e in the outbox. Effects of one request on one surface are
+// delivered in order; parent updates of one request coalesce.
+func Enqueue(tx store.Tx, e Effect) error {
+	if e.Message.IdempotencyKey == "" && e.Save != "" {
+		e.Message.IdempotencyKey = e.Surface + "/" + e.Save
+	}
+	payload, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("threads: enqueue: %w", err)
+	}
+	se := &store.Effect{Queue: e.Surface + "/" + e.Request, Payload: payload}
+	if e.Op == OpUpdate {
+		se.Coalesce = e.Surface + "/" + e.Ref
+	}
+	return store.Enqueue(tx, se)
+}
+
+// ThreadRef returns the recorded thread of request id on surface.
+func ThreadRef(tx store.Tx, surface, id string) (chat.ThreadRef, error) {
+	var t chat.ThreadRef
+	err := store.GetJSON(tx, bucketThreadRefs, surface+"/"+id, &t)
+	return t, err
+}
+
+// MessageRef returns the message recorded under name on surface.
+func MessageRef(tx store.Tx, surface, name string) (chat.MessageRef, error) {
+	var m chat.MessageRef
+	err := store.GetJSON(tx, bucketMessageRefs, surface+"/"+name, &m)
+	return m, err
+}
+
+func saveMessageRef(tx store.Tx, surface, name string, ref chat.MessageRef) error {
+	return store.PutJSON(tx, bucketMessageRefs, surface+"/"+name, ref)
+}
+
+func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }
