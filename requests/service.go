@@ -79,12 +79,12 @@ func (s *Service) IsOwner(user string) bool { return s.owners[user] }
 
 // Ask is what a new request is made of.
 type Ask struct {
-	Agent     string
-	Room      string
-	Surface   string
-	User      string // surface:id
-	Text      string
-	RetryOf   ID
+	Agent   string
+	Room    string
+	Surface string
+	User    string // surface:id
+	Text    string
+	RetryOf ID
 	// DelegatedBy is set when an agent asks another agent.
 	DelegatedBy ID
 	// EventKey dedupes inbound platform events (e.g. "slack:Ev123").
