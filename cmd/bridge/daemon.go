@@ -40,6 +40,7 @@ func runCmd(ctx context.Context, args []string) error {
 	fs := newFlags("run")
 	path := fs.String("config", "", "config file (default: console room, embedded store, demo agents)")
 	level := fs.String("log-level", "", "debug, info, warn or error (overrides log.level)")
+	httpAddr := fs.String("http", "", "listen address of the API (overrides http.addr; port 0 picks a free port)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -49,6 +50,9 @@ func runCmd(ctx context.Context, args []string) error {
 	}
 	if *level != "" {
 		cfg.Log.Level = *level
+	}
+	if *httpAddr != "" {
+		cfg.HTTP.Addr = *httpAddr
 	}
 	return daemon(ctx, cfg)
 }
