@@ -3,7 +3,11 @@
 // interface through which the core talks to Slack, Feishu and the console.
 package chat
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"time"
+)
 
 // Surfaces.
 const (
@@ -152,3 +156,17 @@ type DirectMessenger interface {
 	// Direct posts m to user (the surface's user ID, without the prefix).
 	Direct(ctx context.Context, user string, m Message) (MessageRef, error)
 }
+
+// RetryAfterError is returned by a Connector when the platform asked it to
+// wait (HTTP 429 Retry-After, Feishu's x-ogw-ratelimit-reset): the outbox
+// retries the effect after After, not after its usual back-off.
+type RetryAfterError struct {
+	After time.Duration
+	Err   error
+}
+
+func (e *RetryAfterError) Error() string {
+	return fmt.Sprintf("rate limited, retry after %s: %v", e.After, e.Err)
+}
+
+func (e *RetryAfterError) Unwrap() error { return e.Err }

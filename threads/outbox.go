@@ -181,6 +181,10 @@ func (d *Deliverer) deliver(ctx context.Context, se store.Effect) (time.Time, bo
 	}
 	se.Attempts++
 	backoff := min(minBackoff<<min(se.Attempts-1, 16), maxBackoff)
+	var ra *chat.RetryAfterError
+	if errors.As(err, &ra) {
+		backoff = ra.After // the platform said when: not sooner, not later
+	}
 	se.NotBefore = d.clock.Now().Add(backoff)
 	se.LastError = err.Error()
 	log.WarnContext(ctx, "delivery failed; will retry", "error", err, "attempt", se.Attempts, "retry_in", backoff)

@@ -18,10 +18,8 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/agents"
-	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
-	"github.com/roombridge/roombridge/connectors/console"
 	"github.com/roombridge/roombridge/httpapi"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/rooms"
@@ -88,13 +86,9 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	clk := clock.Real{}
 	svc := requests.NewService(db, clk, cfg.Owner, cfg.Owners)
 
-	var conns []chat.Connector
-	if i := slices.IndexFunc(cfg.Rooms, func(r config.Room) bool { return r.Console }); i >= 0 {
-		user := "you"
-		if cfg.Console != nil {
-			user = cfg.Console.User
-		}
-		conns = append(conns, console.New(os.Stdin, os.Stdout, cfg.Rooms[i].Name, user))
+	conns, err := connectorsFor(cfg, log)
+	if err != nil {
+		return err
 	}
 	var surfaces []string
 	for _, c := range conns {
@@ -117,6 +111,13 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	deliver := threads.NewDeliverer(db, clk, log, conns...)
 
 	api := httpapi.New(httpapi.Options{Service: svc, Router: router, Token: token, Log: log})
+	for _, c := range conns {
+		if w, ok := c.(webhooks); ok {
+			for pattern, h := range w.Routes(router) {
+				api.Mount(pattern, h)
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
 	if err != nil {
 		return fmt.Errorf("http.addr: %w", err)
