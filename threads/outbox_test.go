@@ -29,7 +29,7 @@ type platform struct {
 	failing map[string]error // op → error to return once
 }
 
-func (p *platform) Surface() string                                { return chat.Console }
+func (p *platform) Surface() string                               { return chat.Console }
 func (p *platform) Run(ctx context.Context, _ chat.Handler) error { <-ctx.Done(); return nil }
 
 func (p *platform) record(op, detail string) error {
