@@ -1,0 +1,403 @@
+// Package etcd is the highly available Store on etcd: every write of the
+// leader is one etcd transaction that also checks, in the same transaction,
+// that this instance still holds leadership (the fence), so a paused or
+// partitioned old leader can never write after it lost.
+//
+// Layout: the value of key k in bucket b lives at <prefix>/<b>/<k>; a bucket
+// is a key range, so Scan is one range read (paged).
+//
+// Transactions: only the leader writes, so writers are serialized in the
+// process. Concurrent Update calls are group-committed: the calls queued
+// while one etcd Txn is in flight run one after the other against the same
+// read revision, each seeing its predecessors' writes, and their writes
+// commit as ONE etcd Txn. That Txn compares
+//
+//   - the fence: CreateRevision(electionKey) == the leader's revision, and
+//   - every key read from etcd (ModRevision unchanged since the read
+//     revision) and every scanned range (no key in it modified after the read
+//     revision), as a safety net against any other writer.
+//
+// If the fence compare fails the calls get store.ErrFenced and the Fence is
+// told (Lost): that is how the instance learns it lost leadership. If only a
+// read compare fails, the group is run again from a fresh read.
+//
+// Size limits: etcd refuses a Txn with more than max-txn-ops (default 128)
+// puts/deletes or compares, or over max-request-bytes. A group is split
+// between calls so that each Txn stays within the limits (each call's writes
+// stay atomic); a single call whose own writes exceed them is refused with
+// ErrTooLarge and nothing is written, never split across Txns. Read compares
+// beyond the limit are dropped (the fence alone still guards the write).
+//
+// Notifications are published in-process after the commit (store.Notifier).
+// Followers do no leader work, so they are not woken by the leader's writes;
+// a new leader reads its queues when its work starts.
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/roombridge/roombridge/store"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Defaults of Options.
+const (
+	// DefaultMaxTxnOps is etcd's default --max-txn-ops.
+	DefaultMaxTxnOps = 128
+	// DefaultMaxTxnBytes keeps a Txn well under etcd's default
+	// --max-request-bytes (1.5 MiB), leaving room for the compares.
+	DefaultMaxTxnBytes = 1 << 20
+	// DefaultTimeout bounds one commit or read against etcd: long enough for
+	// an etcd leader election (≤ a few seconds), short enough that a bridge
+	// cut off from etcd notices.
+	DefaultTimeout = 10 * time.Second
+)
+
+// maxBatch bounds how many queued Update calls one group considers.
+const maxBatch = 256
+
+// scanPage is how many keys one range read of a Scan fetches.
+const scanPage = 256
+
+// maxConflictRetries bounds how often a group is rerun after a read compare
+// failed (another writer changed a key it read); with a single leader this
+// never happens.
+const maxConflictRetries = 3
+
+// ErrTooLarge: one Update's writes do not fit in a single etcd transaction
+// (max-txn-ops or the request size limit). Nothing was written.
+var ErrTooLarge = errors.New("store: etcd: transaction too large for one etcd Txn")
+
+// Fence tells the store which leadership term its writes belong to. It is
+// implemented by election.Leadership.
+type Fence interface {
+	// Term returns the election key and its CreateRevision for the term this
+	// instance leads now; ok is false when it leads none (writes are then
+	// refused with store.ErrFenced without asking etcd).
+	Term() (key string, rev int64, ok bool)
+	// Lost is called when etcd refused a write because the election key of
+	// term rev is gone or was replaced: that term is over.
+	Lost(key string, rev int64)
+}
+
+// Options configure a Store.
+type Options struct {
+	// Prefix of every key (required), e.g. "/roombridge/store".
+	Prefix string
+	// Fence guards every write. Nil: no fence (tests, or a deployment that
+	// guarantees a single writer by other means).
+	Fence Fence
+	// MaxTxnOps is the server's --max-txn-ops (default DefaultMaxTxnOps).
+	MaxTxnOps int
+	// MaxTxnBytes bounds the keys and values of one Txn (default
+	// DefaultMaxTxnBytes).
+	MaxTxnBytes int
+	// Timeout bounds each etcd round trip of a commit (default
+	// DefaultTimeout).
+	Timeout time.Duration
+	// Log receives warnings (fenced writes, conflicts). Default: discard.
+	Log *slog.Logger
+}
+
+// Store is a store.Store on etcd.
+type Store struct {
+	cli    *clientv3.Client
+	prefix string
+	opt    Options
+	store.Notifier
+
+	calls chan *call
+	done  chan struct{}
+	wg    sync.WaitGroup
+
+	mu     sync.RWMutex // held for reading while a call is queued
+	closed bool
+}
+
+var _ store.Store = (*Store)(nil)
+
+type call struct {
+	ctx context.Context
+	fn  func(store.Tx) error
+	err chan error
+}
+
+// New returns a Store on cli. The client is borrowed: Close does not close it.
+func New(cli *clientv3.Client, o Options) (*Store, error) {
+	if o.Prefix == "" || !strings.HasPrefix(o.Prefix, "/") || strings.HasSuffix(o.Prefix, "/") {
+		return nil, fmt.Errorf("store: etcd: prefix %q: want a path like /roombridge/store", o.Prefix)
+	}
+	if o.MaxTxnOps <= 0 {
+		o.MaxTxnOps = DefaultMaxTxnOps
+	}
+	if o.MaxTxnOps < 3 {
+		return nil, fmt.Errorf("store: etcd: max txn ops %d: want at least 3", o.MaxTxnOps)
+	}
+	if o.MaxTxnBytes <= 0 {
+		o.MaxTxnBytes = DefaultMaxTxnBytes
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{cli: cli, prefix: o.Prefix, opt: o, calls: make(chan *call, maxBatch), done: make(chan struct{})}
+	s.wg.Add(1)
+	go s.commitLoop()
+	return s, nil
+}
+
+// Client returns the etcd client the store uses.
+func (s *Store) Client() *clientv3.Client { return s.cli }
+
+// Update implements store.Store.
+func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
+	c := &call{ctx: ctx, fn: fn, err: make(chan error, 1)}
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return store.ErrClosed
+	}
+	select {
+	case s.calls <- c:
+		s.mu.RUnlock()
+	case <-ctx.Done():
+		s.mu.RUnlock()
+		return ctx.Err()
+	}
+	// Once queued, the call is answered: committed, refused, or (if every
+	// caller of its group gave up while etcd did not answer) "outcome
+	// unknown".
+	return <-c.err
+}
+
+// View implements store.Store: fn reads one consistent revision.
+func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
+	s.mu.RLock()
+	closed := s.closed
+	s.mu.RUnlock()
+	if closed {
+		return store.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return fn(&tx{g: &group{s: s, ctx: ctx}})
+}
+
+// Close stops the committer. Queued calls get store.ErrClosed. The client
+// stays open.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+func (s *Store) commitLoop() {
+	defer s.wg.Done()
+	for {
+		var batch []*call
+		select {
+		case c := <-s.calls:
+			batch = append(batch, c)
+		case <-s.done:
+			s.drain()
+			return
+		}
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case c := <-s.calls:
+				batch = append(batch, c)
+			default:
+				break fill
+			}
+		}
+		s.commit(batch)
+	}
+}
+
+func (s *Store) drain() {
+	for {
+		select {
+		case c := <-s.calls:
+			c.err <- store.ErrClosed
+		default:
+			return
+		}
+	}
+}
+
+// commit runs the calls of batch in order, in as few etcd Txns as the limits
+// allow, and answers each.
+func (s *Store) commit(batch []*call) {
+	retries := 0
+	for len(batch) > 0 {
+		ctx, cancel := s.groupContext(batch)
+		g := &group{s: s, ctx: ctx, writes: map[string]write{}, reads: map[string]int64{}}
+		var fenceKey string
+		var fenceRev int64
+		if f := s.opt.Fence; f != nil {
+			var ok bool
+			if fenceKey, fenceRev, ok = f.Term(); !ok {
+				cancel()
+				for _, c := range batch {
+					c.err <- fmt.Errorf("store: etcd: update: %w", store.ErrFenced)
+				}
+				return
+			}
+		}
+		var members []*call
+		var topics []store.Topics
+		rest := batch[:0:0]
+		for i, c := range batch {
+			if err := c.ctx.Err(); err != nil {
+				c.err <- err
+				continue
+			}
+			t := &tx{g: g, writable: true, writes: map[string]write{}, reads: map[string]int64{}}
+			if err := runFn(c.fn, t); err != nil {
+				c.err <- err
+				continue
+			}
+			if !g.fits(t, fenceKey != "") {
+				if len(members) == 0 {
+					c.err <- fmt.Errorf("%w: %d writes, %d bytes (limits: %d ops, %d bytes)",
+						ErrTooLarge, len(t.writes), t.bytes(), s.opt.MaxTxnOps-1, s.opt.MaxTxnBytes)
+					continue
+				}
+				rest = batch[i:] // run again in the next group, after this one commits
+				break
+			}
+			g.merge(t)
+			members = append(members, c)
+			topics = append(topics, t.topics)
+		}
+		err := s.txn(g, fenceKey, fenceRev)
+		cancel()
+		switch {
+		case errors.Is(err, errConflict) && retries < maxConflictRetries:
+			retries++
+			s.opt.Log.Warn("etcd store: a key read changed under the transaction; running it again", "attempt", retries)
+			batch = append(members, rest...)
+			continue
+		case err != nil:
+			for _, c := range members {
+				c.err <- err
+			}
+		default:
+			for i, c := range members {
+				s.Publish(topics[i]...)
+				c.err <- nil
+			}
+		}
+		batch = rest
+		retries = 0
+	}
+}
+
+// groupContext returns the context of one group's etcd calls: bounded by
+// the timeout, and ended early once every caller of the group has given up
+// (a leader losing its term must not wait for an unreachable etcd).
+func (s *Store) groupContext(batch []*call) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opt.Timeout)
+	var live atomic.Int64
+	live.Store(int64(len(batch)))
+	stops := make([]func() bool, 0, len(batch))
+	for _, c := range batch {
+		stops = append(stops, context.AfterFunc(c.ctx, func() {
+			if live.Add(-1) == 0 {
+				cancel()
+			}
+		}))
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-s.done:
+			cancel()
+		}
+	}()
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}
+
+// errConflict: a read compare failed (another writer changed what a group
+// read), while the fence still held.
+var errConflict = errors.New("store: etcd: conflict")
+
+// txn commits g's writes as one etcd Txn guarded by the fence and g's read
+// compares.
+func (s *Store) txn(g *group, fenceKey string, fenceRev int64) error {
+	if len(g.writes) == 0 {
+		return nil // nothing to write: nothing to fence
+	}
+	var cmps []clientv3.Cmp
+	if fenceKey != "" {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(fenceKey), "=", fenceRev))
+	}
+	cmps = append(cmps, g.compares(s.opt.MaxTxnOps-len(cmps))...)
+	ops := make([]clientv3.Op, 0, len(g.writes))
+	for _, k := range slices.Sorted(maps.Keys(g.writes)) {
+		w := g.writes[k]
+		if w.del {
+			ops = append(ops, clientv3.OpDelete(k))
+		} else {
+			ops = append(ops, clientv3.OpPut(k, string(w.value)))
+		}
+	}
+	var orElse []clientv3.Op
+	if fenceKey != "" {
+		orElse = append(orElse, clientv3.OpGet(fenceKey))
+	}
+	resp, err := s.cli.Txn(g.ctx).If(cmps...).Then(ops...).Else(orElse...).Commit()
+	if err != nil {
+		if g.ctx.Err() != nil {
+			return fmt.Errorf("store: etcd: commit: outcome unknown: %w", err)
+		}
+		return fmt.Errorf("store: etcd: commit: %w", err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	if fenceKey != "" {
+		kvs := resp.Responses[0].GetResponseRange().GetKvs()
+		if len(kvs) == 0 || kvs[0].CreateRevision != fenceRev {
+			s.opt.Log.Warn("etcd store: write refused: leadership lost", "election_key", fenceKey, "term", fenceRev)
+			s.opt.Fence.Lost(fenceKey, fenceRev)
+			return fmt.Errorf("store: etcd: commit: %w", store.ErrFenced)
+		}
+	}
+	return errConflict
+}
+
+// runFn turns a panic in fn into an error for that call alone.
+func runFn(fn func(store.Tx) error, t *tx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("store: transaction panicked: %v", r)
+		}
+	}()
+	return fn(t)
+}
