@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roombridge/roombridge/store/etcd"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -21,11 +22,14 @@ import (
 // fast ticks below it is ready in ~0.1 s, so this only trips on a broken host.
 const startTimeout = 20 * time.Second
 
-// Server is one embedded etcd member. It can be stopped and started again on
-// the same data dir and ports (an etcd outage that clients survive).
+// Server is one embedded etcd member behind a TCP proxy. Clients talk to the
+// proxy's stable endpoint; Stop cuts every client connection at once and
+// stops the member (an outage, as clients see a crash), Restart brings the
+// member back on the same data.
 type Server struct {
-	t   testing.TB
-	dir string
+	t     testing.TB
+	dir   string
+	proxy *proxy
 
 	mu        sync.Mutex
 	etcd      *embed.Etcd
@@ -42,10 +46,19 @@ func Start(t testing.TB) *Server {
 	s := &Server{t: t, dir: t.TempDir()}
 	zero := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
 	s.clientURL, s.peerURL = zero, zero
-	if err := s.start(); err != nil {
+	p, err := newProxy()
+	if err != nil {
 		t.Fatalf("etcdtest: %v", err)
 	}
-	t.Cleanup(s.Stop)
+	s.proxy = p
+	if err := s.start(); err != nil {
+		p.close()
+		t.Fatalf("etcdtest: %v", err)
+	}
+	t.Cleanup(func() {
+		s.Stop()
+		p.close()
+	})
 	return s
 }
 
@@ -86,26 +99,24 @@ func (s *Server) start() error {
 	s.clientURL = url.URL{Scheme: "http", Host: e.Clients[0].Addr().String()}
 	s.peerURL = url.URL{Scheme: "http", Host: e.Peers[0].Listener.Addr().String()}
 	s.etcd = e
+	s.proxy.up(s.clientURL.Host)
 	return nil
 }
 
 // Endpoint returns the client endpoint (host:port), stable across restarts.
-func (s *Server) Endpoint() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.clientURL.Host
-}
+func (s *Server) Endpoint() string { return s.proxy.addr() }
 
 // Dir returns the server's data directory.
 func (s *Server) Dir() string { return s.dir }
 
-// Stop stops the server (an outage); Restart brings it back. Stopping a
-// stopped server does nothing.
+// Stop cuts every client connection and stops the server (an outage);
+// Restart brings it back. Stopping a stopped server does nothing.
 func (s *Server) Stop() {
 	s.mu.Lock()
 	e := s.etcd
 	s.etcd = nil
 	s.mu.Unlock()
+	s.proxy.down()
 	if e != nil {
 		e.Close()
 	}
@@ -122,13 +133,9 @@ func (s *Server) Restart() {
 // Client returns a new client of the server, closed when the test ends.
 func (s *Server) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{s.Endpoint()},
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-	})
+	cli, err := etcd.NewClient([]string{s.Endpoint()})
 	if err != nil {
-		t.Fatalf("etcdtest: client: %v", err)
+		t.Fatalf("etcdtest: %v", err)
 	}
 	t.Cleanup(func() { _ = cli.Close() })
 	return cli

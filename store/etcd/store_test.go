@@ -1,0 +1,275 @@
+package etcd_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/roombridge/roombridge/store"
+	"github.com/roombridge/roombridge/store/etcd"
+	"github.com/roombridge/roombridge/store/etcd/etcdtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func open(t *testing.T, cli *clientv3.Client, o etcd.Options) *etcd.Store {
+	t.Helper()
+	if o.Prefix == "" {
+		o.Prefix = "/t"
+	}
+	s, err := etcd.New(cli, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func keys(t *testing.T, tx store.Tx, bucket string) []string {
+	t.Helper()
+	var out []string
+	if err := tx.Scan(bucket, "", "", func(k string, _ []byte) error {
+		out = append(out, k)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestScanSeesOwnWrites scans a bucket bigger than one range page while the
+// transaction has put, replaced and deleted keys in it: the scan shows the
+// transaction's view, in order.
+func TestScanSeesOwnWrites(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	s := open(t, cli, etcd.Options{Prefix: "/own"})
+	ctx := context.Background()
+	const n = 600 // more than two pages
+	for i := 0; i < n; i += 2 {
+		if _, err := cli.Put(ctx, fmt.Sprintf("/own/b/%04d", i), "old"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := s.Update(ctx, func(tx store.Tx) error {
+		for i := 0; i < n; i += 100 {
+			_ = tx.Put("b", fmt.Sprintf("%04d", i+1), []byte("new"))  // between stored keys
+			_ = tx.Put("b", fmt.Sprintf("%04d", i+2), []byte("repl")) // replaces a stored key
+			_ = tx.Delete("b", fmt.Sprintf("%04d", i+4))              // deletes a stored key
+		}
+		_ = tx.Put("b", "9999", []byte("last")) // after every stored key
+		var got []string
+		prev := ""
+		err := tx.Scan("b", "", "", func(k string, v []byte) error {
+			if k <= prev {
+				t.Errorf("scan out of order: %s after %s", k, prev)
+			}
+			prev = k
+			got = append(got, k+"="+string(v))
+			return nil
+		})
+		want := n/2 + n/100 - n/100 + 1
+		if len(got) != want {
+			t.Errorf("scan saw %d keys, want %d", len(got), want)
+		}
+		for _, probe := range []string{"0001=new", "0002=repl", "0101=new", "0202=repl", "9999=last"} {
+			found := false
+			for _, g := range got {
+				found = found || g == probe
+			}
+			if !found {
+				t.Errorf("scan did not show %s", probe)
+			}
+		}
+		for _, g := range got {
+			if g == "0004=old" || g == "0104=old" {
+				t.Errorf("scan showed deleted %s", g)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTooLargeIsRefused: one Update with more writes than one etcd Txn can
+// carry is refused whole; many small Updates queued together are split over
+// several Txns and all commit.
+func TestTooLargeIsRefused(t *testing.T) {
+	srv := etcdtest.Start(t)
+	s := open(t, srv.Client(t), etcd.Options{MaxTxnOps: 16})
+	ctx := context.Background()
+	err := s.Update(ctx, func(tx store.Tx) error {
+		for i := 0; i < 20; i++ {
+			if err := tx.Put("big", fmt.Sprint(i), nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if !errors.Is(err, etcd.ErrTooLarge) {
+		t.Fatalf("Update of 20 writes with max 16 ops: %v, want ErrTooLarge", err)
+	}
+	_ = s.View(ctx, func(tx store.Tx) error {
+		if k := keys(t, tx, "big"); len(k) != 0 {
+			t.Errorf("a refused Update wrote %v", k)
+		}
+		return nil
+	})
+
+	var wg sync.WaitGroup
+	errs := make([]error, 40)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.Update(ctx, func(tx store.Tx) error {
+				for j := 0; j < 5; j++ {
+					if err := tx.Put("small", fmt.Sprintf("%02d-%d", i, j), nil); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("Update %d: %v", i, err)
+		}
+	}
+	_ = s.View(ctx, func(tx store.Tx) error {
+		if k := keys(t, tx, "small"); len(k) != 200 {
+			t.Errorf("%d keys written, want 200", len(k))
+		}
+		return nil
+	})
+}
+
+// keyFence is the minimal Fence over one etcd key: the term is the key's
+// CreateRevision when the test created it.
+type keyFence struct {
+	key  string
+	rev  int64
+	lost atomic.Int64
+}
+
+func (f *keyFence) Term() (string, int64, bool) { return f.key, f.rev, f.lost.Load() == 0 }
+func (f *keyFence) Lost(key string, rev int64) {
+	if key == f.key {
+		f.lost.Store(rev)
+	}
+}
+
+// TestFence: writes commit while the fence key has the term's revision; once
+// the key is replaced (another leader), the next write is refused with
+// ErrFenced, the fence is told, and later writes are refused without trying.
+func TestFence(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	ctx := context.Background()
+	put, err := cli.Put(ctx, "/election/a", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &keyFence{key: "/election/a", rev: put.Header.Revision}
+	s := open(t, cli, etcd.Options{Fence: f})
+	if err := s.Update(ctx, func(tx store.Tx) error { return tx.Put("b", "k", []byte("1")) }); err != nil {
+		t.Fatalf("fenced write while leading: %v", err)
+	}
+	// Another term: the key is deleted and created again.
+	if _, err := cli.Delete(ctx, f.key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, f.key, ""); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Update(ctx, func(tx store.Tx) error { return tx.Put("b", "k", []byte("2")) })
+	if !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("write after the term ended: %v, want ErrFenced", err)
+	}
+	if f.lost.Load() != f.rev {
+		t.Errorf("fence not told of the loss")
+	}
+	err = s.Update(ctx, func(tx store.Tx) error { return tx.Put("b", "k", []byte("3")) })
+	if !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("write after the loss was known: %v, want ErrFenced", err)
+	}
+	_ = s.View(ctx, func(tx store.Tx) error {
+		if v, _ := tx.Get("b", "k"); string(v) != "1" {
+			t.Errorf("value = %q, want 1: a fenced write landed", v)
+		}
+		return nil
+	})
+}
+
+// TestReadCompares: when another writer changes a key or a scanned range
+// between the transaction's read and its commit, the commit is refused by
+// the read compares and the transaction runs again on fresh data: no update
+// is lost.
+func TestReadCompares(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	s := open(t, cli, etcd.Options{Prefix: "/rc"})
+	ctx := context.Background()
+	if _, err := cli.Put(ctx, "/rc/c/n", "1"); err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	err := s.Update(ctx, func(tx store.Tx) error {
+		runs++
+		v, err := tx.Get("c", "n")
+		if err != nil {
+			return err
+		}
+		if runs == 1 { // a foreign write lands between the read and the commit
+			if _, err := cli.Put(ctx, "/rc/c/n", "5"); err != nil {
+				return err
+			}
+		}
+		return tx.Put("c", "n", append(v, '+'))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs != 2 {
+		t.Errorf("fn ran %d times, want 2 (once more after the conflict)", runs)
+	}
+	got, _ := cli.Get(ctx, "/rc/c/n")
+	if v := string(got.Kvs[0].Value); v != "5+" {
+		t.Errorf("value = %q, want 5+ (the increment of the newest value)", v)
+	}
+
+	runs = 0
+	err = s.Update(ctx, func(tx store.Tx) error {
+		runs++
+		n := len(keys(t, tx, "q"))
+		if runs == 1 {
+			if _, err := cli.Put(ctx, "/rc/q/x", ""); err != nil {
+				return err
+			}
+		}
+		return tx.Put("count", "q", []byte(fmt.Sprint(n)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ = cli.Get(ctx, "/rc/count/q")
+	if runs != 2 || string(got.Kvs[0].Value) != "1" {
+		t.Errorf("runs %d, count %q; want 2 runs and count 1 (the scan saw the inserted key)", runs, got.Kvs[0].Value)
+	}
+}
+
+// TestBadBucket: bucket names are path segments.
+func TestBadBucket(t *testing.T) {
+	srv := etcdtest.Start(t)
+	s := open(t, srv.Client(t), etcd.Options{})
+	err := s.Update(context.Background(), func(tx store.Tx) error { return tx.Put("a/b", "k", nil) })
+	if err == nil {
+		t.Fatal("a bucket with '/' was accepted")
+	}
+}
