@@ -298,10 +298,14 @@ func TestEtcdOutage(t *testing.T) {
 	}
 }
 
-// TestMain runs the child leader of TestPausedLeaderIsFenced when asked to.
+// TestMain runs the child processes of TestPausedLeaderIsFenced and
+// BenchmarkFailover when asked to.
 func TestMain(m *testing.M) {
 	if ep := os.Getenv("ELECTION_TEST_CHILD"); ep != "" {
 		os.Exit(child(ep))
+	}
+	if ep := os.Getenv("ELECTION_BENCH_CHILD"); ep != "" {
+		os.Exit(benchChild(ep))
 	}
 	os.Exit(m.Run())
 }

@@ -251,7 +251,7 @@ func (s *Store) commit(batch []*call) {
 	retries := 0
 	for len(batch) > 0 {
 		ctx, cancel := s.groupContext(batch)
-		g := &group{s: s, ctx: ctx, writes: map[string]write{}, reads: map[string]int64{}}
+		g := &group{s: s, ctx: ctx, writes: map[string]write{}, reads: map[string]int64{}, cache: map[string]cached{}}
 		var fenceKey string
 		var fenceRev int64
 		if f := s.opt.Fence; f != nil {

@@ -32,6 +32,13 @@ type group struct {
 	writes map[string]write // full key → last write
 	reads  map[string]int64 // full key → ModRevision seen (0: missing)
 	spans  []span
+	cache  map[string]cached // values read at rev, shared by the group's calls
+}
+
+// cached is a value read from etcd at the group's revision.
+type cached struct {
+	value  []byte // nil: missing
+	modRev int64
 }
 
 // fits reports whether t's writes can join the group's Txn.
@@ -156,25 +163,29 @@ func (t *tx) Get(bucket, key string) ([]byte, error) {
 		}
 		return append([]byte{}, w.value...), nil
 	}
-	resp, err := t.g.get(full)
-	if err != nil {
-		return nil, err
-	}
-	var modRev int64
-	var v []byte
-	if len(resp.Kvs) > 0 {
-		modRev, v = resp.Kvs[0].ModRevision, resp.Kvs[0].Value
-		if v == nil {
-			v = []byte{}
+	c, ok := t.g.cache[full]
+	if !ok {
+		resp, err := t.g.get(full)
+		if err != nil {
+			return nil, err
+		}
+		if len(resp.Kvs) > 0 {
+			c = cached{value: resp.Kvs[0].Value, modRev: resp.Kvs[0].ModRevision}
+			if c.value == nil {
+				c.value = []byte{}
+			}
+		}
+		if t.g.cache != nil {
+			t.g.cache[full] = c
 		}
 	}
 	if t.writable {
-		t.reads[full] = modRev
+		t.reads[full] = c.modRev
 	}
-	if v == nil {
+	if c.value == nil {
 		return nil, store.ErrNotFound
 	}
-	return v, nil
+	return append([]byte{}, c.value...), nil
 }
 
 func (t *tx) Put(bucket, key string, value []byte) error {
