@@ -9,10 +9,6 @@ import (
 	"github.com/roombridge/roombridge/store"
 )
 
-// DefaultRetention is how long audit records are kept when the config says
-// nothing: 90 days.
-const DefaultRetention = 90 * 24 * time.Hour
-
 // pruneBatch is how many records one prune transaction deletes: two deletes
 // each (the record and its request index entry) stay well under etcd's
 // default 128 operations per transaction.

@@ -104,6 +104,9 @@ type HA struct {
 	Etcd     []string      `yaml:"etcd"`
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
 	Prefix   string        `yaml:"prefix"`
+	// AuditRetention is how long audit records stay in etcd (default 90
+	// days); the leader prunes older ones hourly.
+	AuditRetention time.Duration `yaml:"audit_retention"`
 }
 
 // Log configures logging.
@@ -271,6 +274,7 @@ const (
 	DefaultMaxTasks   = 3
 	DefaultLeaseTTL   = 5 * time.Second
 	DefaultHAPrefix   = "/roombridge"
+	DefaultRetention  = 90 * 24 * time.Hour
 	defaultTokenFile  = "api.token"
 	defaultConsoleWho = "you"
 )
@@ -315,6 +319,9 @@ func (c *Config) setDefaults() {
 		}
 		if c.HA.Prefix == "" {
 			c.HA.Prefix = DefaultHAPrefix
+		}
+		if c.HA.AuditRetention == 0 {
+			c.HA.AuditRetention = DefaultRetention
 		}
 	}
 }
@@ -432,8 +439,19 @@ func (c *Config) Validate() error {
 	if c.Approvals.TTL < 0 {
 		return keyErr("approvals.ttl", "must not be negative")
 	}
-	if h := c.HA; h != nil && len(h.Etcd) == 0 {
-		return keyErr("ha.etcd", "required: at least one etcd endpoint")
+	if h := c.HA; h != nil {
+		if len(h.Etcd) == 0 {
+			return keyErr("ha.etcd", "required: at least one etcd endpoint")
+		}
+		if h.LeaseTTL < time.Second {
+			return keyErr("ha.lease_ttl", "%v is too short (want at least 1s; etcd's minimum is 2s with default ticks)", h.LeaseTTL)
+		}
+		if !strings.HasPrefix(h.Prefix, "/") || strings.HasSuffix(h.Prefix, "/") {
+			return keyErr("ha.prefix", "%q: want a path like /roombridge", h.Prefix)
+		}
+		if h.AuditRetention < 0 {
+			return keyErr("ha.audit_retention", "must not be negative")
+		}
 	}
 	switch strings.ToLower(c.Log.Level) {
 	case "", "debug", "info", "warn", "error":
