@@ -23,7 +23,6 @@ import (
 	"github.com/roombridge/roombridge/httpapi"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/rooms"
-	"github.com/roombridge/roombridge/store/bolt"
 	"github.com/roombridge/roombridge/threads"
 )
 
@@ -78,12 +77,13 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	db, err := bolt.Open(filepath.Join(cfg.DataDir, "bridge.db"))
+	clk := clock.Real{}
+	be, err := openBackend(cfg, clk, log)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	clk := clock.Real{}
+	defer be.close()
+	db := be.store
 	svc := requests.NewService(db, clk, cfg.Owner, cfg.Owners)
 
 	conns, err := connectorsFor(cfg, log)
@@ -110,7 +110,7 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	sched := agents.NewScheduler(svc, th, log, ags...)
 	deliver := threads.NewDeliverer(db, clk, log, conns...)
 
-	api := httpapi.New(httpapi.Options{Service: svc, Router: router, Token: token, Log: log})
+	api := httpapi.New(httpapi.Options{Service: svc, Router: router, Token: token, Log: log, Ready: be.ready})
 	for _, c := range conns {
 		if w, ok := c.(webhooks); ok {
 			for pattern, h := range w.Routes(router) {
@@ -127,7 +127,7 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 		return fmt.Errorf("data_dir: %w", err)
 	}
 	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
-	log.Info("bridge started", "api", "http://"+addr, "data_dir", cfg.DataDir, "agents", len(ags), "surfaces", strings.Join(surfaces, ","))
+	log.Info("bridge started", "api", "http://"+addr, "data_dir", cfg.DataDir, "store", be.desc, "agents", len(ags), "surfaces", strings.Join(surfaces, ","))
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -142,11 +142,17 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 			}
 		}()
 	}
-	start("scheduler", sched.Run)
-	start("outbox", deliver.Run)
+	// The leader's work: only the leader runs the scheduler (and so the agent
+	// processes), the outbox and the platform connections. In HA mode it stops
+	// at once when this instance stops leading.
+	leaderJobs := []job{{"scheduler", sched.Run}, {"outbox", deliver.Run}}
 	for _, c := range conns {
-		start(c.Surface(), func(ctx context.Context) error { return c.Run(ctx, router) })
+		leaderJobs = append(leaderJobs, job{c.Surface(), func(ctx context.Context) error { return c.Run(ctx, router) }})
 	}
+	leaderJobs = append(leaderJobs, be.jobs...)
+	start("leader", func(ctx context.Context) error {
+		return be.lead(ctx, func(ctx context.Context) error { return runJobs(ctx, leaderJobs) })
+	})
 	start("http", func(ctx context.Context) error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err

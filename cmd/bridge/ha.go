@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/roombridge/roombridge/audit"
+	"github.com/roombridge/roombridge/clock"
+	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/election"
+	"github.com/roombridge/roombridge/store"
+	"github.com/roombridge/roombridge/store/bolt"
+	"github.com/roombridge/roombridge/store/etcd"
+)
+
+// pruneEvery is how often the leader prunes audit records past retention:
+// retention is counted in days, so hourly keeps the keyspace bounded without
+// a noticeable load.
+const pruneEvery = time.Hour
+
+// backend is where a bridge keeps its state and how it decides to do the
+// leader's work: the bolt file of a single node, or etcd with an election.
+type backend struct {
+	store store.Store
+	// lead runs work while this instance leads (single node: at once, until
+	// ctx ends) and returns when ctx ends or work fails.
+	lead func(ctx context.Context, work func(context.Context) error) error
+	// ready answers /readyz (nil: always ready).
+	ready func() bool
+	// jobs are leader jobs of the backend itself (audit retention).
+	jobs  []job
+	close func()
+	desc  string
+}
+
+// openBackend opens the store of cfg. Single node: bolt in data_dir, whose
+// file lock makes a second bridge on the same data_dir fail at once. HA
+// (cfg.HA set): the etcd store, fenced by this instance's leadership.
+func openBackend(cfg *config.Config, clk clock.Clock, log *slog.Logger) (*backend, error) {
+	if cfg.HA == nil {
+		db, err := bolt.Open(filepath.Join(cfg.DataDir, "bridge.db"))
+		if err != nil {
+			return nil, err
+		}
+		return &backend{
+			store: db,
+			lead:  func(ctx context.Context, work func(context.Context) error) error { return work(ctx) },
+			close: func() { _ = db.Close() },
+			desc:  "bolt " + db.Path(),
+		}, nil
+	}
+	cli, err := etcd.NewClient(cfg.HA.Etcd)
+	if err != nil {
+		return nil, fmt.Errorf("ha.etcd: %w", err)
+	}
+	host, _ := os.Hostname()
+	l, err := election.New(election.Options{
+		Client: cli, Prefix: cfg.HA.Prefix + "/leader", TTL: cfg.HA.LeaseTTL,
+		Name: fmt.Sprintf("%s/%d", host, os.Getpid()), Log: log,
+	})
+	if err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	st, err := etcd.New(cli, etcd.Options{Prefix: cfg.HA.Prefix + "/store", Fence: l, Log: log})
+	if err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	retention := cfg.HA.AuditRetention
+	return &backend{
+		store: st,
+		lead:  l.Run,
+		ready: l.Leading,
+		jobs: []job{{"audit retention", func(ctx context.Context) error {
+			return pruneAudit(ctx, st, clk, retention, log)
+		}}},
+		close: func() {
+			_ = st.Close()
+			_ = cli.Close()
+		},
+		desc: fmt.Sprintf("etcd %v prefix %s", cfg.HA.Etcd, cfg.HA.Prefix),
+	}, nil
+}
+
+// job is one piece of leader work.
+type job struct {
+	name string
+	run  func(context.Context) error
+}
+
+// runJobs runs jobs until ctx ends or one of them fails; then it cancels the
+// others, waits for all of them, and returns the first failure.
+func runJobs(ctx context.Context, jobs []job) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for _, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := j.run(ctx); err != nil && ctx.Err() == nil {
+				once.Do(func() { first = fmt.Errorf("%s: %w", j.name, err) })
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// pruneAudit deletes audit records older than retention now and then every
+// pruneEvery, until ctx ends. A failed round is logged and retried next
+// round: retention is not urgent.
+func pruneAudit(ctx context.Context, s store.Store, clk clock.Clock, retention time.Duration, log *slog.Logger) error {
+	t := time.NewTicker(pruneEvery)
+	defer t.Stop()
+	for {
+		n, err := audit.Prune(ctx, s, clk.Now().Add(-retention))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.WarnContext(ctx, "audit retention: prune failed", "error", err)
+		case n > 0:
+			log.InfoContext(ctx, "audit retention: pruned", "records", n, "retention", retention)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
