@@ -9,6 +9,7 @@ import (
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/connectors/console"
+	"github.com/roombridge/roombridge/connectors/slack"
 )
 
 // webhooks is a connector that receives platform callbacks over the API's
@@ -29,6 +30,31 @@ func connectorsFor(cfg *config.Config, log *slog.Logger) ([]chat.Connector, erro
 		}
 		conns = append(conns, console.New(os.Stdin, os.Stdout, cfg.Rooms[i].Name, user))
 	}
+	if s := cfg.Slack; s != nil {
+		c, err := slackConnector(s, log)
+		if err != nil {
+			return nil, err
+		}
+		conns = append(conns, c)
+	}
 	log.Debug("connectors built", "count", len(conns))
 	return conns, nil
+}
+
+// slackConnector builds the Slack connector from the slack section.
+func slackConnector(s *config.Slack, log *slog.Logger) (*slack.Connector, error) {
+	bot, err := config.Secret("slack.bot_token", s.BotToken, s.BotTokenFile)
+	if err != nil {
+		return nil, err
+	}
+	app, err := config.Secret("slack.app_token", s.AppToken, s.AppTokenFile)
+	if err != nil {
+		return nil, err
+	}
+	secret, err := config.Secret("slack.signing_secret", s.SigningSecret, s.SigningSecretFile)
+	if err != nil {
+		return nil, err
+	}
+	return slack.New(slack.Options{Mode: s.Mode, BotToken: bot, AppToken: app, SigningSecret: secret,
+		APIURL: s.APIURL, BroadcastFinal: s.BroadcastFinal, Log: log})
 }

@@ -1,0 +1,122 @@
+package slack
+
+import (
+	"context"
+
+	slackgo "github.com/slack-go/slack"
+	"github.com/slack-go/slack/slackevents"
+
+	"github.com/roombridge/roombridge/chat"
+)
+
+// Inbound events, the same in both modes:
+//
+//   - an app_mention at the top level of a channel is an Ask (the bot's
+//     mention removed; the agent's name may follow, the core resolves it);
+//   - a message in a thread (a reply, also one broadcast to the channel) is a
+//     Reply with Thread set to the thread's parent; the core finds the
+//     request whose thread it is. app_mention events inside threads are
+//     ignored: the message event of the same message carries them (the app
+//     subscribes to message.channels and message.groups for thread replies);
+//   - a block_actions interaction is a Click per action, naming the card's
+//     block_id, the button and the clicked message.
+//
+// Everything else (edits, deletions, joins, the bot's own posts, top-level
+// chatter) is acknowledged and dropped.
+
+// fromEventsAPI translates an Events API callback; ok is false for events
+// the bridge does not act on.
+func (c *Connector) fromEventsAPI(ev slackevents.EventsAPIEvent) (chat.Event, bool) {
+	if ev.Type != slackevents.CallbackEvent {
+		return chat.Event{}, false
+	}
+	cb, ok := ev.Data.(*slackevents.EventsAPICallbackEvent)
+	if !ok {
+		return chat.Event{}, false
+	}
+	bot := c.botUserID()
+	if bot == "" {
+		for _, a := range cb.Authorizations {
+			if a.IsBot && a.UserID != "" {
+				bot = a.UserID
+				break
+			}
+		}
+	}
+	switch e := ev.InnerEvent.Data.(type) {
+	case *slackevents.AppMentionEvent:
+		if e.User == "" || e.BotID != "" || e.User == bot || e.Edited != nil || inThread(e.ThreadTimeStamp, e.TimeStamp) {
+			return chat.Event{}, false
+		}
+		return chat.Event{Kind: chat.Ask, Surface: chat.Slack, ID: cb.EventID, Channel: e.Channel,
+			User: chat.Slack + ":" + e.User, Text: PlainText(stripMention(e.Text, bot))}, true
+	case *slackevents.MessageEvent:
+		switch e.SubType {
+		case "", "thread_broadcast", "file_share":
+		default:
+			return chat.Event{}, false
+		}
+		if e.User == "" || e.BotID != "" || e.User == bot || !inThread(e.ThreadTimeStamp, e.TimeStamp) {
+			return chat.Event{}, false
+		}
+		return chat.Event{Kind: chat.Reply, Surface: chat.Slack, ID: cb.EventID, Channel: e.Channel,
+			User: chat.Slack + ":" + e.User, Text: PlainText(stripMention(e.Text, bot)),
+			Thread: &chat.ThreadRef{Surface: chat.Slack, Channel: e.Channel, ID: e.ThreadTimeStamp}}, true
+	}
+	return chat.Event{}, false
+}
+
+// inThread reports whether a message with ts and threadTS is a reply (a
+// thread's parent has thread_ts == ts).
+func inThread(threadTS, ts string) bool { return threadTS != "" && threadTS != ts }
+
+// fromInteraction translates a block_actions interaction into one Click per
+// action. The trigger_id is unique per click and the same in a redelivery,
+// so it serves as the event's ID.
+func fromInteraction(ic slackgo.InteractionCallback) []chat.Event {
+	if ic.Type != slackgo.InteractionTypeBlockActions || ic.User.ID == "" {
+		return nil
+	}
+	channel := ic.Channel.ID
+	if channel == "" {
+		channel = ic.Container.ChannelID
+	}
+	msgTS := ic.Container.MessageTs
+	if msgTS == "" {
+		msgTS = ic.Message.Timestamp
+	}
+	var thread *chat.ThreadRef
+	if inThread(ic.Container.ThreadTs, msgTS) {
+		thread = &chat.ThreadRef{Surface: chat.Slack, Channel: channel, ID: ic.Container.ThreadTs}
+	}
+	var out []chat.Event
+	for _, a := range ic.ActionCallback.BlockActions {
+		id := ic.TriggerID
+		if len(ic.ActionCallback.BlockActions) > 1 {
+			id += "/" + a.ActionID
+		}
+		out = append(out, chat.Event{Kind: chat.Click, Surface: chat.Slack, ID: id, Channel: channel,
+			User: chat.Slack + ":" + ic.User.ID, Thread: thread,
+			Click: &chat.ClickAction{BlockID: a.BlockID, ActionID: a.ActionID, Value: a.Value,
+				Message: chat.MessageRef{Surface: chat.Slack, Channel: channel, ID: msgTS}}})
+	}
+	return out
+}
+
+// respond shows the actor a refusal as an ephemeral message (in the thread
+// it came from). Successes say nothing: the thread shows what happened.
+// Ephemeral messages are not effects of the outbox: they belong to the actor
+// alone, are not durable in Slack either, and cannot be updated.
+func (c *Connector) respond(ctx context.Context, ev chat.Event, r chat.Response) {
+	if !r.Error || r.Text == "" || ev.Channel == "" {
+		return
+	}
+	user := ev.User[len(chat.Slack)+1:]
+	opts := []slackgo.MsgOption{slackgo.MsgOptionText(Mrkdwn(r.Text, maxMessageText), false)}
+	if ev.Thread != nil {
+		opts = append(opts, slackgo.MsgOptionTS(ev.Thread.ID))
+	}
+	if _, err := c.api.PostEphemeralContext(ctx, ev.Channel, user, opts...); err != nil {
+		c.log.WarnContext(ctx, "posting an ephemeral refusal", "user", ev.User, "channel", ev.Channel, "error", err)
+	}
+}

@@ -1,0 +1,187 @@
+package slack
+
+import (
+	"regexp"
+	"strings"
+	"unicode/utf8"
+
+	slackgo "github.com/slack-go/slack"
+	"github.com/slack-go/slack/slackutilsx"
+
+	"github.com/roombridge/roombridge/chat"
+)
+
+// Block Kit and message limits (docs.slack.dev, "Block Kit reference").
+const (
+	maxSectionText = 3000  // section text
+	maxFieldText   = 2000  // one section field
+	maxFields      = 10    // fields per section
+	maxContextText = 2000  // a context element's text (we use it for the status)
+	maxButtonLabel = 75    // button text
+	maxButtonValue = 2000  // button value
+	maxIDLen       = 255   // block_id, action_id
+	maxButtons     = 25    // elements of an actions block
+	maxMessageText = 39000 // text of a message (Slack truncates at 40,000)
+	maxBlocks      = 50    // blocks of a message
+)
+
+// Blocks renders a card as Block Kit blocks, the one rendering of chat.Card
+// for Slack (thread parents, approval cards and their outcomes alike):
+//
+//   - the title, bold ("R20261129-07 · coder · asked by @sarah": a section,
+//     not a header block, because header text is plain and cannot show a
+//     person by name; slack:U… becomes a <@U…> mention that Slack renders
+//     with the user's current name);
+//   - the text (the ask, the action to approve);
+//   - the fields, ten to a section;
+//   - the status line as a context block ("running · 60%", "Approved by …");
+//   - the buttons in one actions block whose block_id is card.BlockID
+//     ("approval:<id>:<version>"), so a click names exactly what it decides.
+//
+// A card without buttons renders no actions block: updating an approval card
+// with its outcome removes the buttons.
+func Blocks(card chat.Card) []slackgo.Block {
+	var bs []slackgo.Block
+	if card.Title != "" {
+		bs = append(bs, section("*"+Mrkdwn(card.Title, maxSectionText-2)+"*"))
+	}
+	if card.Text != "" {
+		bs = append(bs, section(Mrkdwn(card.Text, maxSectionText)))
+	}
+	for i := 0; i < len(card.Fields); i += maxFields {
+		var fs []*slackgo.TextBlockObject
+		for _, f := range card.Fields[i:min(i+maxFields, len(card.Fields))] {
+			fs = append(fs, mrkdwnObject(Mrkdwn("*"+f.Label+"*\n"+f.Value, maxFieldText)))
+		}
+		bs = append(bs, slackgo.NewSectionBlock(nil, fs, nil))
+	}
+	if card.Status != "" {
+		bs = append(bs, slackgo.NewContextBlock("", mrkdwnObject(Mrkdwn(card.Status, maxContextText))))
+	}
+	if len(card.Buttons) > 0 {
+		var els []slackgo.BlockElement
+		for _, b := range card.Buttons[:min(len(card.Buttons), maxButtons)] {
+			btn := slackgo.NewButtonBlockElement(truncate(b.ActionID, maxIDLen), truncate(b.Value, maxButtonValue),
+				slackgo.NewTextBlockObject(slackgo.PlainTextType, truncate(b.Label, maxButtonLabel), false, false))
+			switch b.Style {
+			case string(slackgo.StylePrimary), string(slackgo.StyleDanger):
+				btn = btn.WithStyle(slackgo.Style(b.Style))
+			}
+			els = append(els, btn)
+		}
+		bs = append(bs, slackgo.NewActionBlock(truncate(card.BlockID, maxIDLen), els...))
+	}
+	if len(bs) > maxBlocks {
+		bs = bs[:maxBlocks]
+	}
+	return bs
+}
+
+// FallbackText is a message's text field: what notifications and screen
+// readers show for a card, the whole message for plain text.
+func FallbackText(m chat.Message) string {
+	text := m.Text
+	if text == "" && m.Card != nil {
+		text = m.Card.Title
+		if m.Card.Status != "" {
+			text += " — " + m.Card.Status
+		}
+	}
+	if text == "" {
+		text = "(empty)"
+	}
+	return Mrkdwn(text, maxMessageText)
+}
+
+func section(text string) *slackgo.SectionBlock {
+	return slackgo.NewSectionBlock(mrkdwnObject(text), nil, nil)
+}
+
+func mrkdwnObject(text string) *slackgo.TextBlockObject {
+	return slackgo.NewTextBlockObject(slackgo.MarkdownType, text, false, false)
+}
+
+// userRef matches a Slack user written the bridge's way (slack:U123).
+var userRef = regexp.MustCompile(`\bslack:([UW][A-Z0-9]{2,})\b`)
+
+// Mrkdwn makes platform-neutral text safe as Slack mrkdwn of at most limit
+// characters: &, < and > are escaped (so no text can ping @channel or fake a
+// link), then slack:U… users become mentions.
+func Mrkdwn(text string, limit int) string {
+	s := slackutilsx.EscapeMessage(text)
+	s = truncateEscaped(s, limit-len(" …"))
+	return userRef.ReplaceAllString(s, "<@$1>")
+}
+
+// truncate cuts s to at most n characters, marking the cut with "…".
+func truncate(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// truncateEscaped is truncate that does not cut an &entity; in half.
+func truncateEscaped(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	cut := string([]rune(s)[:n])
+	if i := strings.LastIndexByte(cut, '&'); i >= 0 && i > len(cut)-5 && !strings.Contains(cut[i:], ";") {
+		cut = cut[:i]
+	}
+	return cut + " …"
+}
+
+// slackMarkup matches Slack's inbound markup: <@U1>, <@U1|name>, <#C1|name>,
+// <!here>, <https://x|label>.
+var slackMarkup = regexp.MustCompile(`<([@#!]?)([^<>|]*)(?:\|([^<>]*))?>`)
+
+// unescape undoes Slack's escaping of &, < and > in message text.
+var unescape = strings.NewReplacer("&lt;", "<", "&gt;", ">", "&amp;", "&")
+
+// PlainText turns the text of a Slack message into the bridge's neutral text:
+// user mentions become slack:U…, channels #name, links their URL, and
+// escaped characters are restored.
+func PlainText(text string) string {
+	s := slackMarkup.ReplaceAllStringFunc(text, func(m string) string {
+		p := slackMarkup.FindStringSubmatch(m)
+		switch p[1] {
+		case "@":
+			return chat.Slack + ":" + p[2]
+		case "#":
+			if p[3] != "" {
+				return "#" + p[3]
+			}
+			return "#" + p[2]
+		case "!":
+			if p[3] != "" {
+				return p[3]
+			}
+			name, _, _ := strings.Cut(p[2], "^")
+			return "@" + name
+		}
+		return p[2]
+	})
+	return strings.TrimSpace(unescape.Replace(s))
+}
+
+// stripMention removes the mentions of bot (its user ID) from a message's
+// raw text; if bot is not known yet, the leading mention, which is the one
+// that made Slack send an app_mention.
+func stripMention(text, bot string) string {
+	if bot != "" {
+		return slackMarkup.ReplaceAllStringFunc(text, func(m string) string {
+			if p := slackMarkup.FindStringSubmatch(m); p[1] == "@" && p[2] == bot {
+				return ""
+			}
+			return m
+		})
+	}
+	t := strings.TrimSpace(text)
+	if loc := slackMarkup.FindStringSubmatchIndex(t); loc != nil && loc[0] == 0 && t[loc[2]:loc[3]] == "@" {
+		return t[loc[1]:]
+	}
+	return text
+}

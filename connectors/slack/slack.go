@@ -1,0 +1,377 @@
+// Package slack is the Slack surface: it receives mentions, thread replies and
+// button clicks over Socket Mode or the Events API (verified, acknowledged
+// within Slack's 3 s before any slow work), and posts, replies, updates and
+// sends direct messages through the Web API within Slack's rate limits.
+//
+// It uses github.com/slack-go/slack for everything Slack defines: the Web
+// API client, Socket Mode framing, Events API parsing and request signing.
+// Deduplication is not done here: events carry Slack's event_id (chat.Event.ID)
+// and the core dedupes them in the store, so a retry that lands on another
+// instance is caught too.
+package slack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	slackgo "github.com/slack-go/slack"
+	"golang.org/x/time/rate"
+
+	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/threads"
+)
+
+// Modes of receiving events.
+const (
+	// ModeSocket receives events over a Socket Mode WebSocket (app token).
+	ModeSocket = "socket"
+	// ModeEvents receives events as signed HTTP requests (Events API).
+	ModeEvents = "events"
+)
+
+// Defaults of Options.
+const (
+	// DefaultPostSpacing keeps posts into one channel apart: Slack allows
+	// about one chat.postMessage per second per channel.
+	DefaultPostSpacing = time.Second
+	// DefaultEditSpacing keeps edits of one message apart (DESIGN §6: status
+	// edits at least 1 s apart per message).
+	DefaultEditSpacing = time.Second
+	// DefaultUpdateEvery and DefaultUpdateBurst budget chat.update for the
+	// whole app: Tier 3 is "50+ per minute"; 48 per minute with bursts of 20
+	// stays under it.
+	DefaultUpdateEvery = 1250 * time.Millisecond
+	DefaultUpdateBurst = 20
+	// DefaultWorkers is how many inbound events are handled at once.
+	DefaultWorkers = 8
+	// DefaultQueue bounds the inbound events acknowledged but not yet
+	// handled; when it is full new events are refused unacknowledged, so
+	// Slack delivers them again later.
+	DefaultQueue = 1024
+	// DefaultPingInterval is how long Socket Mode waits for Slack's ping
+	// before it reconnects (slack-go's default).
+	DefaultPingInterval = 30 * time.Second
+)
+
+// handleTimeout bounds the handling of one inbound event, so one stuck
+// transaction cannot hold a worker forever.
+const handleTimeout = 30 * time.Second
+
+// drainGrace bounds how long Run keeps handling events it acknowledged
+// before ctx ended (they would be lost otherwise: Slack does not redeliver an
+// acknowledged event).
+const drainGrace = 5 * time.Second
+
+// Options configure a Connector. Zero values take the defaults.
+type Options struct {
+	// Mode is ModeSocket (default) or ModeEvents.
+	Mode string
+	// BotToken (xoxb-) authorizes Web API calls.
+	BotToken string
+	// AppToken (xapp-) opens Socket Mode connections.
+	AppToken string
+	// SigningSecret verifies Events API and interactivity requests.
+	SigningSecret string
+	// APIURL replaces https://slack.com/api/ (tests: a fake Slack).
+	APIURL string
+	// BroadcastFinal also shows final answers in the channel.
+	BroadcastFinal bool
+	// HTTPClient makes the Web API calls (default http.DefaultClient).
+	HTTPClient *http.Client
+	// Log receives the connector's logs (default slog.Default()).
+	Log *slog.Logger
+
+	// PostSpacing is the least time between the end of one post into a
+	// channel and the start of the next (default DefaultPostSpacing).
+	PostSpacing time.Duration
+	// EditSpacing is the same for edits of one message (default DefaultEditSpacing).
+	EditSpacing time.Duration
+	// UpdateEvery and UpdateBurst are the app-wide chat.update token bucket.
+	UpdateEvery time.Duration
+	UpdateBurst int
+	// Workers and Queue size the pool that hands inbound events to the core.
+	Workers int
+	Queue   int
+	// PingInterval is Socket Mode's ping timeout (default DefaultPingInterval).
+	PingInterval time.Duration
+}
+
+func (o *Options) setDefaults() {
+	if o.Mode == "" {
+		o.Mode = ModeSocket
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = http.DefaultClient
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	o.PostSpacing = cmp(o.PostSpacing, DefaultPostSpacing)
+	o.EditSpacing = cmp(o.EditSpacing, DefaultEditSpacing)
+	o.UpdateEvery = cmp(o.UpdateEvery, DefaultUpdateEvery)
+	o.UpdateBurst = cmp(o.UpdateBurst, DefaultUpdateBurst)
+	o.Workers = cmp(o.Workers, DefaultWorkers)
+	o.Queue = cmp(o.Queue, DefaultQueue)
+	o.PingInterval = cmp(o.PingInterval, DefaultPingInterval)
+}
+
+// cmp returns v, or def when v is not positive.
+func cmp[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// Connector is the Slack surface. It implements chat.DirectMessenger and, in
+// events mode, serves the webhooks returned by Routes.
+type Connector struct {
+	opts Options
+	api  *slackgo.Client
+	log  *slog.Logger
+
+	posts   *spacer       // per channel
+	edits   *spacer       // per message
+	updates *rate.Limiter // app-wide chat.update budget
+	inbound *pool
+
+	botUser atomic.Pointer[string] // the bot's user ID, from auth.test
+
+	dmMu sync.Mutex
+	dms  map[string]string // user ID → DM channel ID
+}
+
+var _ chat.DirectMessenger = (*Connector)(nil)
+
+// New returns a connector. It checks the options but makes no call to Slack
+// (Run does).
+func New(opts Options) (*Connector, error) {
+	opts.setDefaults()
+	if opts.BotToken == "" {
+		return nil, errors.New("slack: a bot token is required")
+	}
+	switch opts.Mode {
+	case ModeSocket:
+		if opts.AppToken == "" {
+			return nil, errors.New("slack: socket mode needs an app-level token")
+		}
+	case ModeEvents:
+		if opts.SigningSecret == "" {
+			return nil, errors.New("slack: events mode needs the signing secret")
+		}
+	default:
+		return nil, fmt.Errorf("slack: unknown mode %q (want %s or %s)", opts.Mode, ModeSocket, ModeEvents)
+	}
+	apiOpts := []slackgo.Option{slackgo.OptionHTTPClient(opts.HTTPClient)}
+	if opts.APIURL != "" {
+		apiOpts = append(apiOpts, slackgo.OptionAPIURL(opts.APIURL))
+	}
+	if opts.AppToken != "" {
+		apiOpts = append(apiOpts, slackgo.OptionAppLevelToken(opts.AppToken))
+	}
+	// No slackgo.OptionRetry: a 429 becomes a *chat.RetryAfterError and the
+	// outbox retries the effect after exactly Retry-After, without holding a
+	// delivery goroutine.
+	log := opts.Log.With("surface", chat.Slack)
+	c := &Connector{
+		opts:    opts,
+		api:     slackgo.New(opts.BotToken, apiOpts...),
+		log:     log,
+		posts:   newSpacer(opts.PostSpacing),
+		edits:   newSpacer(opts.EditSpacing),
+		updates: rate.NewLimiter(rate.Every(opts.UpdateEvery), opts.UpdateBurst),
+		dms:     map[string]string{},
+	}
+	c.inbound = newPool(opts.Workers, opts.Queue, log, c.respond)
+	return c, nil
+}
+
+// Surface implements chat.Connector.
+func (c *Connector) Surface() string { return chat.Slack }
+
+// Run learns the bot's identity, then receives events until ctx ends: over
+// Socket Mode, or (events mode) from the webhooks of Routes. Events already
+// acknowledged when ctx ends are still handled, for up to drainGrace.
+func (c *Connector) Run(ctx context.Context, h chat.Handler) error {
+	if err := c.whoAmI(ctx); err != nil {
+		return err
+	}
+	stop := c.inbound.start(ctx)
+	var err error
+	if c.opts.Mode == ModeSocket {
+		err = c.runSocket(ctx, h)
+	} else {
+		<-ctx.Done()
+	}
+	stop()
+	return err
+}
+
+// whoAmI asks auth.test for the bot's user ID (to strip its mention from
+// asks). A bad token is fatal; a network failure is not (the mention is then
+// recognised by its position).
+func (c *Connector) whoAmI(ctx context.Context) error {
+	resp, err := c.api.AuthTestContext(ctx)
+	if err != nil {
+		var se slackgo.SlackErrorResponse
+		if errors.As(err, &se) && slices.Contains(authErrors, se.Err) {
+			return fmt.Errorf("slack: auth.test: %w (check slack.bot_token)", err)
+		}
+		c.log.WarnContext(ctx, "auth.test failed; continuing", "error", err)
+		return nil
+	}
+	c.botUser.Store(&resp.UserID)
+	c.log.InfoContext(ctx, "connected to Slack", "team", resp.Team, "bot_user", resp.UserID, "mode", c.opts.Mode)
+	return nil
+}
+
+func (c *Connector) botUserID() string {
+	if p := c.botUser.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// StartThread posts m as a new top-level message in channel; its ts names
+// the thread.
+func (c *Connector) StartThread(ctx context.Context, channel string, m chat.Message) (chat.ThreadRef, chat.MessageRef, error) {
+	ts, err := c.post(ctx, channel, c.content(m, false)...)
+	if err != nil {
+		return chat.ThreadRef{}, chat.MessageRef{}, err
+	}
+	return chat.ThreadRef{Surface: chat.Slack, Channel: channel, ID: ts},
+		chat.MessageRef{Surface: chat.Slack, Channel: channel, ID: ts}, nil
+}
+
+// Reply posts m in thread t. A final answer is also broadcast to the channel
+// when m asks for it or the connector is configured to.
+func (c *Connector) Reply(ctx context.Context, t chat.ThreadRef, m chat.Message) (chat.MessageRef, error) {
+	opts := append(c.content(m, false), slackgo.MsgOptionTS(t.ID))
+	if m.Broadcast || (c.opts.BroadcastFinal && m.Kind == "final") {
+		opts = append(opts, slackgo.MsgOptionBroadcast())
+	}
+	ts, err := c.post(ctx, t.Channel, opts...)
+	if err != nil {
+		return chat.MessageRef{}, err
+	}
+	return chat.MessageRef{Surface: chat.Slack, Channel: t.Channel, ID: ts}, nil
+}
+
+// Update replaces a posted message with chat.update: at most one edit per
+// EditSpacing per message, within the app's chat.update budget. A card
+// without buttons replaces one with buttons (an approval's outcome).
+func (c *Connector) Update(ctx context.Context, ref chat.MessageRef, m chat.Message) error {
+	err := c.edits.do(ctx, ref.Channel+"/"+ref.ID, func() error {
+		if err := c.updates.Wait(ctx); err != nil {
+			return err
+		}
+		_, _, _, err := c.api.UpdateMessageContext(ctx, ref.Channel, ref.ID, c.content(m, true)...)
+		return err
+	})
+	return classify("chat.update", err)
+}
+
+// Direct opens (or reuses) the direct message channel with user and posts m
+// there, so an approver gets the card's buttons on their phone.
+func (c *Connector) Direct(ctx context.Context, user string, m chat.Message) (chat.MessageRef, error) {
+	channel, err := c.dmChannel(ctx, user)
+	if err != nil {
+		return chat.MessageRef{}, err
+	}
+	ts, err := c.post(ctx, channel, c.content(m, false)...)
+	if err != nil {
+		return chat.MessageRef{}, err
+	}
+	return chat.MessageRef{Surface: chat.Slack, Channel: channel, ID: ts}, nil
+}
+
+func (c *Connector) dmChannel(ctx context.Context, user string) (string, error) {
+	c.dmMu.Lock()
+	ch, ok := c.dms[user]
+	c.dmMu.Unlock()
+	if ok {
+		return ch, nil
+	}
+	channel, _, _, err := c.api.OpenConversationContext(ctx, &slackgo.OpenConversationParameters{Users: []string{user}})
+	if err != nil {
+		return "", classify("conversations.open", err)
+	}
+	c.dmMu.Lock()
+	c.dms[user] = channel.ID
+	c.dmMu.Unlock()
+	return channel.ID, nil
+}
+
+// post sends chat.postMessage into channel, paced per channel.
+func (c *Connector) post(ctx context.Context, channel string, opts ...slackgo.MsgOption) (string, error) {
+	var ts string
+	err := c.posts.do(ctx, channel, func() error {
+		var err error
+		_, ts, err = c.api.PostMessageContext(ctx, channel, opts...)
+		return err
+	})
+	return ts, classify("chat.postMessage", err)
+}
+
+// content is the text and blocks of m. For an update, a message without a
+// card clears the blocks of the message it replaces.
+func (c *Connector) content(m chat.Message, update bool) []slackgo.MsgOption {
+	opts := []slackgo.MsgOption{slackgo.MsgOptionText(FallbackText(m), false)}
+	switch {
+	case m.Card != nil:
+		opts = append(opts, slackgo.MsgOptionBlocks(Blocks(*m.Card)...))
+	case update:
+		opts = append(opts, slackgo.MsgOptionBlocks())
+	}
+	return opts
+}
+
+// authErrors are Slack error codes that mean the token is wrong: fatal at
+// start, retried (not dropped) on delivery so that fixing the token loses
+// nothing.
+var authErrors = []string{"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"}
+
+// permanentErrors are Slack error codes that no retry can fix: the effect is
+// dropped (with an audit record) instead of blocking its thread forever.
+var permanentErrors = []string{
+	"channel_not_found", "not_in_channel", "is_archived", "msg_too_long", "no_text",
+	"invalid_blocks", "invalid_blocks_format", "thread_not_found", "message_not_found",
+	"cant_update_message", "edit_window_closed", "user_not_found", "user_disabled",
+	"cannot_dm_bot", "users_list_not_supplied", "too_many_attachments", "invalid_arguments",
+}
+
+// classify turns a Web API error into what the outbox understands: a
+// *chat.RetryAfterError for HTTP 429 with Retry-After, threads.ErrPermanent
+// for requests Slack will never accept, and a plain error (retried with
+// back-off) for everything else: 5xx, network errors, auth errors.
+func classify(method string, err error) error {
+	if err == nil {
+		return nil
+	}
+	err = fmt.Errorf("slack: %s: %w", method, err)
+	var rl *slackgo.RateLimitedError
+	if errors.As(err, &rl) {
+		return &chat.RetryAfterError{After: rl.RetryAfter, Err: err}
+	}
+	var se slackgo.SlackErrorResponse
+	if errors.As(err, &se) && slices.Contains(permanentErrors, se.Err) {
+		return fmt.Errorf("%w: %w", threads.ErrPermanent, err)
+	}
+	return err
+}
+
+// retryAfter is how long Slack asked us to wait, if it did.
+func retryAfter(err error) time.Duration {
+	var rl *slackgo.RateLimitedError
+	if errors.As(err, &rl) {
+		return rl.RetryAfter
+	}
+	return 0
+}
