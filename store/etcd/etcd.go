@@ -19,7 +19,9 @@
 //
 // If the fence compare fails the calls get store.ErrFenced and the Fence is
 // told (Lost): that is how the instance learns it lost leadership. If only a
-// read compare fails, the group is run again from a fresh read.
+// read compare fails, the group is run again from a fresh read. With a fence,
+// a group that writes nothing still commits an empty Txn carrying the fence
+// compare, so a successful Update always means "led at commit time".
 //
 // Size limits: etcd refuses a Txn with more than max-txn-ops (default 128)
 // puts/deletes or compares, or over max-request-bytes. A group is split
@@ -350,14 +352,19 @@ var errConflict = errors.New("store: etcd: conflict")
 // txn commits g's writes as one etcd Txn guarded by the fence and g's read
 // compares.
 func (s *Store) txn(g *group, fenceKey string, fenceRev int64) error {
-	if len(g.writes) == 0 {
-		return nil // nothing to write: nothing to fence
+	if len(g.writes) == 0 && fenceKey == "" {
+		return nil // nothing to write, nothing to check
 	}
 	var cmps []clientv3.Cmp
 	if fenceKey != "" {
+		// Even an Update that writes nothing is checked: a successful Update
+		// means "this instance led at commit time" (callers use an empty
+		// Update as a claim before an effect outside the store).
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(fenceKey), "=", fenceRev))
 	}
-	cmps = append(cmps, g.compares(s.opt.MaxTxnOps-len(cmps))...)
+	if len(g.writes) > 0 {
+		cmps = append(cmps, g.compares(s.opt.MaxTxnOps-len(cmps))...)
+	}
 	ops := make([]clientv3.Op, 0, len(g.writes))
 	for _, k := range slices.Sorted(maps.Keys(g.writes)) {
 		w := g.writes[k]

@@ -273,3 +273,28 @@ func TestBadBucket(t *testing.T) {
 		t.Fatal("a bucket with '/' was accepted")
 	}
 }
+
+// TestEmptyUpdateIsFenced: with a fence, an Update that writes nothing still
+// fails once the term is over (it serves as a claim before an outside
+// effect).
+func TestEmptyUpdateIsFenced(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	ctx := context.Background()
+	put, err := cli.Put(ctx, "/election/a", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &keyFence{key: "/election/a", rev: put.Header.Revision}
+	s := open(t, cli, etcd.Options{Fence: f})
+	noop := func(store.Tx) error { return nil }
+	if err := s.Update(ctx, noop); err != nil {
+		t.Fatalf("empty Update while leading: %v", err)
+	}
+	if _, err := cli.Delete(ctx, f.key); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(ctx, noop); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("empty Update after the term ended: %v, want ErrFenced", err)
+	}
+}
