@@ -11,27 +11,33 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 )
 
-// ErrForbidden: the actor may not do this.
-var ErrForbidden = errors.New("not allowed")
+// ErrForbidden: the actor may not do this (the same error as
+// approvals.ErrForbidden, so either package's refusals match it).
+var ErrForbidden = approvals.ErrForbidden
 
 // Router routes inbound events and carries out the actions people take, from
 // chat, the HTTP API or the CLI alike.
 type Router struct {
 	svc   *requests.Service
+	appr  *approvals.Service
 	rooms []config.Room
 	log   *slog.Logger
 }
 
-// New returns a Router over rooms.
-func New(svc *requests.Service, rooms []config.Room, log *slog.Logger) *Router {
-	return &Router{svc: svc, rooms: rooms, log: log}
+// New returns a Router over rooms; decisions go through appr.
+func New(svc *requests.Service, appr *approvals.Service, rooms []config.Room, log *slog.Logger) *Router {
+	return &Router{svc: svc, appr: appr, rooms: rooms, log: log}
 }
+
+// Approvals returns the approvals service decisions go through.
+func (rt *Router) Approvals() *approvals.Service { return rt.appr }
 
 // Room returns the room a surface channel is bound to.
 func (rt *Router) Room(surface, channel string) (config.Room, bool) {
@@ -66,7 +72,7 @@ func (rt *Router) MayAsk(room config.Room, user string) bool {
 // MayDecide reports whether user may approve or deny in room: its approvers
 // and the owners (and holders of the API token).
 func (rt *Router) MayDecide(room config.Room, user string) bool {
-	return rt.svc.IsOwner(user) || strings.HasPrefix(user, chat.API+":") || slices.Contains(room.Approvers, user)
+	return rt.appr.MayDecide(room, user)
 }
 
 // Handle implements chat.Handler.
@@ -82,6 +88,13 @@ func (rt *Router) Handle(ctx context.Context, ev chat.Event) chat.Response {
 		}
 	case chat.Command:
 		msg, err = rt.command(ctx, ev)
+	case chat.Click:
+		// Refusals are audited by approvals; the actor alone is told why.
+		var a *approvals.Approval
+		a, err = rt.appr.Click(ctx, ev.Click, ev.User, ev.Surface)
+		if err == nil {
+			msg = fmt.Sprintf("%s %s", a.ID, a.State)
+		}
 	case chat.Reply:
 		err = errors.New("replies in a thread are not delivered to agents yet")
 	default:
@@ -133,20 +146,37 @@ func splitAgent(room config.Room, text string) (agent, rest string) {
 func (rt *Router) command(ctx context.Context, ev chat.Event) (string, error) {
 	verb, arg, _ := strings.Cut(strings.TrimSpace(ev.Text), " ")
 	arg = strings.TrimSpace(arg)
-	if verb == "help" {
-		return "commands: @agent ask | approve ID | deny ID | cancel ID | retry ID | show ID", nil
+	switch verb {
+	case "help":
+		return "commands: @agent ask | inbox | approve ID | deny ID | cancel ID | retry ID | show ID | revoke USER", nil
+	case "inbox":
+		room, ok := rt.Room(ev.Surface, ev.Channel)
+		if !ok {
+			return "", fmt.Errorf("%s %s is not bound to a room", ev.Surface, ev.Channel)
+		}
+		in, err := rt.appr.Inbox(ctx, room.Name)
+		if err != nil {
+			return "", err
+		}
+		return in.Text(), nil
+	case "revoke":
+		ids, err := rt.appr.Revoke(ctx, arg, ev.User, ev.Surface)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s revoked: %d waiting request(s) cancelled %v; running ones finish", arg, len(ids), ids), nil
+	case "approve", "deny":
+		a, err := rt.Decide(ctx, arg, verb == "approve", ev.User, ev.Surface)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s %s", a.ID, a.State), nil
 	}
 	id, err := requests.ParseRef(arg, rt.svc.Clock().Now())
 	if err != nil {
 		return "", err
 	}
 	switch verb {
-	case "approve", "deny":
-		r, err := rt.Decide(ctx, id, verb == "approve", ev.User, ev.Surface)
-		if err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("%s %s", r.ID, r.State), nil
 	case "cancel":
 		r, err := rt.Cancel(ctx, id, ev.User, ev.Surface)
 		if err != nil {
@@ -177,30 +207,15 @@ func (rt *Router) roomOf(r *requests.Request) config.Room {
 	return room
 }
 
-// Decide approves or denies a pending request.
-func (rt *Router) Decide(ctx context.Context, id requests.ID, approve bool, user, surface string) (*requests.Request, error) {
-	var out *requests.Request
-	err := rt.svc.Store().Update(ctx, func(tx store.Tx) error {
-		r, err := rt.svc.GetTx(tx, id)
-		if err != nil {
-			return err
-		}
-		if !rt.MayDecide(rt.roomOf(r), user) {
-			return fmt.Errorf("%w: %s may not approve requests in room %s", ErrForbidden, user, r.Room)
-		}
-		if r.State != requests.Pending {
-			return fmt.Errorf("%s is %s, not waiting for approval", r.ID, r.State)
-		}
-		c := requests.Change{Event: requests.Approve, Actor: user, Surface: surface}
-		if !approve {
-			c.Event = requests.Deny
-			c.Detail = "denied by " + user
-			c.Mutate = func(r *requests.Request) { r.Reason = "denied by " + user }
-		}
-		out, err = rt.svc.ApplyTx(tx, id, c)
-		return err
-	})
-	return out, err
+// Decide approves or denies approval id (a request's approval, R-07, or a
+// permission its agent asked for, R-07.1): the compare-and-set of
+// approvals.Service.Decide. Refusals are audited there.
+func (rt *Router) Decide(ctx context.Context, id string, approve bool, user, surface string) (*approvals.Approval, error) {
+	v := approvals.Deny
+	if approve {
+		v = approvals.Approve
+	}
+	return rt.appr.Decide(ctx, id, v, user, surface)
 }
 
 // Cancel cancels a request: at once if it has not started, at its next safe
@@ -252,7 +267,7 @@ func (rt *Router) Retry(ctx context.Context, id requests.ID, user, surface strin
 // userMessage is the one place that turns an error into what a person reads.
 func userMessage(err error) string {
 	msg := err.Error()
-	for _, p := range []string{"requests: create: ", "requests: ", "rooms: "} {
+	for _, p := range []string{"requests: create: ", "requests: ", "rooms: ", "approvals: "} {
 		msg = strings.TrimPrefix(msg, p)
 	}
 	return msg

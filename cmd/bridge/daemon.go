@@ -18,12 +18,14 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/httpapi"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/rooms"
 	"github.com/roombridge/roombridge/threads"
+	"github.com/roombridge/roombridge/ttl"
 )
 
 // addrFile, in the data dir, holds the address the API listens on, so the CLI
@@ -96,7 +98,16 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	}
 	th := threads.New(cfg.Rooms, surfaces...)
 	svc.Observe(th.Observe)
-	router := rooms.New(svc, cfg.Rooms, log)
+	// After the threads observer: an approval card is a reply in the thread
+	// that the threads observer starts.
+	appr := approvals.New(approvals.Options{Requests: svc, Rooms: cfg.Rooms, TTL: cfg.Approvals.TTL,
+		Threads: th, Surfaces: surfaces, Log: log})
+	svc.Observe(appr.Observe)
+	router := rooms.New(svc, appr, cfg.Rooms, log)
+	sweeper, err := ttl.New(ttl.Options{Spec: cfg.Approvals.Sweep, Clock: clk, Log: log}, appr)
+	if err != nil {
+		return err
+	}
 
 	var ags []agents.Agent
 	for _, name := range sorted(mapKeys(cfg.Agents)) {
@@ -143,9 +154,10 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 		}()
 	}
 	// The leader's work: only the leader runs the scheduler (and so the agent
-	// processes), the outbox and the platform connections. In HA mode it stops
-	// at once when this instance stops leading.
-	leaderJobs := []job{{"scheduler", sched.Run}, {"outbox", deliver.Run}}
+	// processes), the outbox, the approvals sweeper and the platform
+	// connections. In HA mode it stops at once when this instance stops
+	// leading.
+	leaderJobs := []job{{"scheduler", sched.Run}, {"outbox", deliver.Run}, {"sweeper", sweeper.Run}}
 	for _, c := range conns {
 		leaderJobs = append(leaderJobs, job{c.Surface(), func(ctx context.Context) error { return c.Run(ctx, router) }})
 	}

@@ -1,0 +1,162 @@
+package approvals
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/roombridge/roombridge/audit"
+	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/store"
+)
+
+// ActionAsk is a permission an agent asks for during a run
+// (request_approval in the exec protocol).
+type ActionAsk struct {
+	// RequestID is the running request whose agent asks.
+	RequestID string
+	// Action is what the agent wants to do, as people will read it.
+	Action string
+	// Asker labels who asks when it is not the request itself (a background
+	// task: its name and ID). Default: Label of the request.
+	Asker string
+}
+
+// Decision is the answer to an agent's ask.
+type Decision struct {
+	Approval string    `json:"approval"`
+	State    State     `json:"state"`
+	By       string    `json:"by,omitempty"`
+	Surface  string    `json:"surface,omitempty"`
+	At       time.Time `json:"at,omitzero"`
+	Reason   string    `json:"reason,omitempty"`
+}
+
+// Approved reports whether the agent may go ahead.
+func (d Decision) Approved() bool { return d.State == Approved }
+
+// Answer is the decision as the agent is told it: "approved by X",
+// "not approved: denied by X", "not approved: expired" (never a denial),
+// "not approved: withdrawn (…)".
+func (d Decision) Answer() string {
+	switch d.State {
+	case Approved:
+		return "approved by " + d.By
+	case Denied:
+		return "not approved: denied by " + d.By
+	case Expired:
+		return "not approved: expired"
+	case Withdrawn:
+		return "not approved: withdrawn (" + d.Reason + ")"
+	}
+	return "not decided yet"
+}
+
+func decisionOf(a *Approval) Decision {
+	return Decision{Approval: a.ID, State: a.State, By: a.DecidedBy, Surface: a.Surface, At: a.DecidedAt, Reason: a.Reason}
+}
+
+// RequestApproval asks the people of requestID's room to approve action,
+// and blocks until someone decides, the approval expires, it is withdrawn
+// (the request ended or its cancel was asked), or ctx ends. It is Ask with
+// the request as the asker.
+func (s *Service) RequestApproval(ctx context.Context, requestID, action string) (Decision, error) {
+	return s.Ask(ctx, ActionAsk{RequestID: requestID, Action: action})
+}
+
+// Ask is Open then Wait.
+func (s *Service) Ask(ctx context.Context, ask ActionAsk) (Decision, error) {
+	a, err := s.Open(ctx, ask)
+	if err != nil {
+		return Decision{}, err
+	}
+	return s.Wait(ctx, a.ID)
+}
+
+// Open records the permission an agent asks for, with its expiry timer, inbox
+// entry and cards, and returns it without waiting. The request must be
+// running. If the same request already waits on the same action (a turn
+// resumed after a restart asks again), that approval is returned instead of
+// a second one.
+func (s *Service) Open(ctx context.Context, ask ActionAsk) (*Approval, error) {
+	id, err := requests.ParseRef(ask.RequestID, s.now())
+	if err != nil {
+		return nil, fmt.Errorf("approvals: request_approval: %w", err)
+	}
+	action := strings.TrimSpace(ask.Action)
+	if action == "" {
+		return nil, errors.New("approvals: request_approval: the action to approve is empty")
+	}
+	var out *Approval
+	err = s.store.Update(ctx, func(tx store.Tx) error {
+		out = nil
+		r, err := s.svc.GetTx(tx, id)
+		if err != nil {
+			return err
+		}
+		if r.State != requests.Running {
+			return fmt.Errorf("%s is %s, not running", r.ID, r.State)
+		}
+		p := requestPrefix(id)
+		if err := tx.Scan(bucketApprovals, p, store.PrefixEnd(p), func(k string, v []byte) error {
+			var a Approval
+			if err := json.Unmarshal(v, &a); err != nil {
+				return fmt.Errorf("decode %s: %w", k, err)
+			}
+			if a.Kind == KindAction && a.State == Pending && a.Action == action && (ask.Asker == "" || a.Asker == ask.Asker) {
+				out = &a
+				return store.ErrStop
+			}
+			return nil
+		}); err != nil && !errors.Is(err, store.ErrStop) {
+			return err
+		}
+		if out != nil {
+			return nil
+		}
+		n, err := store.NextSeq(tx, "approval/"+id.Key())
+		if err != nil {
+			return err
+		}
+		asker := ask.Asker
+		if asker == "" {
+			asker = Label(r)
+		}
+		out, err = s.createTx(tx, r, int(n), KindAction, action, asker)
+		if err != nil {
+			return err
+		}
+		return audit.Append(tx, audit.Record{
+			Time: out.Created, RequestID: r.ID.String(), Actor: "agent:" + r.Agent, Action: "approval_requested",
+			To: string(Pending), Detail: "permission " + out.ID + " for " + asker + ": " + oneLine(action, 200),
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("approvals: request_approval: %w", err)
+	}
+	return out, nil
+}
+
+// Wait blocks until approval id is settled and returns the decision, or
+// returns ctx's error when ctx ends first (the approval stays pending).
+func (s *Service) Wait(ctx context.Context, id string) (Decision, error) {
+	wake, unsub := s.store.Subscribe(TopicApproval(id))
+	defer unsub()
+	for {
+		a, err := s.Get(ctx, id)
+		if err != nil {
+			return Decision{}, err
+		}
+		if a.State != Pending {
+			return decisionOf(a), nil
+		}
+		select {
+		case <-ctx.Done():
+			return Decision{}, ctx.Err()
+		case <-wake:
+		}
+	}
+}

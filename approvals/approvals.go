@@ -1,0 +1,501 @@
+// Package approvals keeps the decisions people must take: an approval before
+// a non-owner's request runs, and a permission an agent asks for during a
+// run. It renders their cards, settles decisions from any surface as a
+// compare-and-set in the store (the first decision wins), says who may
+// decide, expires them through the store's expiry index (driven by package
+// ttl), revokes a user's waiting requests, and lists a room's inbox.
+package approvals
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/roombridge/roombridge/audit"
+	"github.com/roombridge/roombridge/clock"
+	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/store"
+	"github.com/roombridge/roombridge/threads"
+)
+
+// Store buckets, timer kind and notification topic of this package.
+const (
+	bucketApprovals = "approvals"
+	// bucketInbox indexes pending approvals by room, oldest first:
+	// <escaped room>/<created unix ms>/<approval key>.
+	bucketInbox = "approvals_inbox"
+
+	// TimerKind is the kind of the approvals' entries in the expiry index.
+	TimerKind = "approval"
+
+	// TopicApprovals is notified whenever an approval is created or settled.
+	TopicApprovals = "approvals"
+)
+
+// TopicApproval is notified when approval id is settled.
+func TopicApproval(id string) string { return "approval:" + id }
+
+// ActorTTL is how expiries appear in the audit log.
+const ActorTTL = "system:ttl"
+
+// actorApprovals is how withdrawals appear in the audit log.
+const actorApprovals = "system:approvals"
+
+// Kind says what an approval is about.
+type Kind string
+
+// Kinds of approval.
+const (
+	// KindRequest: a request waits for it before it runs.
+	KindRequest Kind = "request"
+	// KindAction: an agent asked permission for an action during a run.
+	KindAction Kind = "action"
+)
+
+// State is an approval's state. Values are persisted.
+type State string
+
+// Approval states. Only Pending can change.
+const (
+	// Pending: waiting for a decision.
+	Pending State = "pending"
+	// Approved: someone who may decide said yes.
+	Approved State = "approved"
+	// Denied: someone who may decide said no.
+	Denied State = "denied"
+	// Expired: nobody decided within the TTL. Never a denial.
+	Expired State = "expired"
+	// Withdrawn: the request ended, or its cancel was asked, before anyone
+	// decided.
+	Withdrawn State = "withdrawn"
+)
+
+// Approval is one decision a person must take.
+type Approval struct {
+	// ID is the request's ID for the approval a request needs before it
+	// runs (R20261129-07), and the request's ID plus ".n" for the n-th
+	// permission its agent asked for (R20261129-07.1).
+	ID        string      `json:"id"`
+	Kind      Kind        `json:"kind"`
+	RequestID requests.ID `json:"request_id"`
+	// Root is the request at the root of the delegation chain, when it is
+	// not RequestID itself: the card shows in its thread and inbox too.
+	Root     requests.ID `json:"root,omitzero"`
+	RootRoom string      `json:"root_room,omitempty"`
+	Room     string      `json:"room"`
+	Agent    string      `json:"agent"`
+	// Requester is who asked the request.
+	Requester string `json:"requester"`
+	// Action is what is to be approved: the ask, or the agent's action.
+	Action string `json:"action"`
+	// Asker labels who asks: the request (or background task) by name and ID.
+	Asker   string `json:"asker"`
+	State   State  `json:"state"`
+	Version int64  `json:"version"`
+	// DecidedBy is the person (surface:id) who decided, or system:ttl.
+	DecidedBy string    `json:"decided_by,omitempty"`
+	Surface   string    `json:"surface,omitempty"`
+	DecidedAt time.Time `json:"decided_at,omitzero"`
+	// Reason says why an approval was withdrawn.
+	Reason    string        `json:"reason,omitempty"`
+	Created   time.Time     `json:"created"`
+	ExpiresAt time.Time     `json:"expires_at"`
+	TTL       time.Duration `json:"ttl"`
+	// Copies are the posted copies of the card, all updated on a decision.
+	Copies []Copy `json:"copies,omitempty"`
+}
+
+// Copy is one posted copy of an approval's card: the outbox name of the
+// message on a surface, and the request whose delivery queue posted it.
+type Copy struct {
+	Surface string `json:"surface"`
+	Request string `json:"request"`
+	Ref     string `json:"ref"`
+}
+
+// ref is a parsed approval ID.
+type ref struct {
+	req requests.ID
+	n   int
+}
+
+func (r ref) String() string {
+	if r.n == 0 {
+		return r.req.String()
+	}
+	return r.req.String() + "." + strconv.Itoa(r.n)
+}
+
+// key is the approval's store key: its request's approvals are one range.
+func (r ref) key() string { return fmt.Sprintf("%s/%04d", r.req.Key(), r.n) }
+
+func requestPrefix(id requests.ID) string { return id.Key() + "/" }
+
+// Errors of the package. Refusals wrap one of them with a message meant for
+// the person refused.
+var (
+	// ErrBadID: the text is not an approval ID.
+	ErrBadID = errors.New("malformed approval ID")
+	// ErrUnknown: no approval has this ID.
+	ErrUnknown = errors.New("unknown approval")
+	// ErrForbidden: the actor may not do this.
+	ErrForbidden = errors.New("not allowed")
+	// ErrDecided: the approval was settled already (decided, expired or
+	// withdrawn) in a different way.
+	ErrDecided = errors.New("already decided")
+	// ErrUnknownRoom: no room has this name.
+	ErrUnknownRoom = errors.New("unknown room")
+	// ErrBadUser: the text is not a user (surface:id).
+	ErrBadUser = errors.New("malformed user")
+)
+
+// ParseID parses an approval ID: a request ID, full or short (R-07, today's),
+// optionally followed by ".n" for the n-th permission asked during its run.
+// It returns the canonical form.
+func ParseID(s string, today time.Time) (string, error) {
+	r, err := parseRef(s, today)
+	if err != nil {
+		return "", err
+	}
+	return r.String(), nil
+}
+
+func parseRef(s string, today time.Time) (ref, error) {
+	s = strings.TrimSpace(s)
+	head, tail, hasN := strings.Cut(s, ".")
+	id, err := requests.ParseRef(head, today)
+	if err != nil {
+		return ref{}, fmt.Errorf("%w: %q (want a request ID like R-07 or R20261129-07, or R-07.1 for a permission asked during its run)", ErrBadID, s)
+	}
+	r := ref{req: id}
+	if hasN {
+		n, err := strconv.Atoi(tail)
+		if err != nil || n < 1 || strconv.Itoa(n) != tail {
+			return ref{}, fmt.Errorf("%w: %q (the part after the dot counts from 1)", ErrBadID, s)
+		}
+		r.n = n
+	}
+	return r, nil
+}
+
+// Options configure a Service.
+type Options struct {
+	// Requests is the request service (required): its store, clock and owners.
+	Requests *requests.Service
+	// Rooms are the configured rooms: approvers and per-room TTLs.
+	Rooms []config.Room
+	// TTL is how long an approval waits (default config.DefaultTTL); a
+	// room's approval_ttl overrides it.
+	TTL time.Duration
+	// Threads places cards in request threads (nil: no thread cards).
+	Threads *threads.Threads
+	// Surfaces are those with a running connector: approvers on them get
+	// the card as a direct message.
+	Surfaces []string
+	// Log defaults to discarding.
+	Log *slog.Logger
+}
+
+// Service keeps approvals in the store of a requests.Service.
+type Service struct {
+	svc      *requests.Service
+	store    store.Store
+	clock    clock.Clock
+	rooms    map[string]config.Room
+	ttl      time.Duration
+	threads  *threads.Threads
+	surfaces map[string]bool
+	log      *slog.Logger
+}
+
+// New returns a Service. Register its Observe with the requests service,
+// after the threads observer (a card is a reply in a thread that must be
+// started first).
+func New(o Options) *Service {
+	s := &Service{
+		svc: o.Requests, store: o.Requests.Store(), clock: o.Requests.Clock(),
+		rooms: map[string]config.Room{}, ttl: o.TTL, threads: o.Threads,
+		surfaces: map[string]bool{}, log: o.Log,
+	}
+	if s.ttl <= 0 {
+		s.ttl = config.DefaultTTL
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	for _, r := range o.Rooms {
+		s.rooms[r.Name] = r
+	}
+	for _, sf := range o.Surfaces {
+		s.surfaces[sf] = true
+	}
+	return s
+}
+
+func (s *Service) now() time.Time { return s.clock.Now().UTC() }
+
+// ttlFor is the approval TTL of room.
+func (s *Service) ttlFor(room string) time.Duration {
+	if r, ok := s.rooms[room]; ok && r.ApprovalTTL > 0 {
+		return r.ApprovalTTL
+	}
+	return s.ttl
+}
+
+// Get returns approval id (full or short form).
+func (s *Service) Get(ctx context.Context, id string) (*Approval, error) {
+	r, err := parseRef(id, s.now())
+	if err != nil {
+		return nil, err
+	}
+	var a *Approval
+	err = s.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		a, err = getTx(tx, r)
+		return err
+	})
+	return a, err
+}
+
+func getTx(tx store.Tx, r ref) (*Approval, error) {
+	return getKeyTx(tx, r.key(), r.String())
+}
+
+func getKeyTx(tx store.Tx, key, name string) (*Approval, error) {
+	var a Approval
+	err := store.GetJSON(tx, bucketApprovals, key, &a)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w %s", ErrUnknown, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("approvals: get %s: %w", name, err)
+	}
+	return &a, nil
+}
+
+func (a *Approval) ref() ref {
+	r := ref{req: a.RequestID}
+	if _, n, ok := strings.Cut(a.ID, "."); ok {
+		r.n, _ = strconv.Atoi(n)
+	}
+	return r
+}
+
+// inboxRooms are the rooms whose inbox lists a.
+func (a *Approval) inboxRooms() []string {
+	if a.RootRoom != "" && a.RootRoom != a.Room {
+		return []string{a.Room, a.RootRoom}
+	}
+	return []string{a.Room}
+}
+
+func inboxKey(room string, a *Approval) string {
+	return fmt.Sprintf("%s/%013d/%s", url.PathEscape(room), a.Created.UnixMilli(), a.ref().key())
+}
+
+// putTx writes a, keeping the expiry and inbox indexes in step with its
+// state, and wakes its waiters.
+func putTx(tx store.Tx, before, a *Approval) error {
+	if before != nil && before.State == Pending && a.State != Pending {
+		if err := store.RemoveTimer(tx, TimerKind, before.ExpiresAt, before.ref().key()); err != nil {
+			return err
+		}
+		for _, room := range before.inboxRooms() {
+			if err := tx.Delete(bucketInbox, inboxKey(room, before)); err != nil {
+				return err
+			}
+		}
+	}
+	if before == nil && a.State == Pending {
+		if err := store.AddTimer(tx, TimerKind, a.ExpiresAt, a.ref().key()); err != nil {
+			return err
+		}
+		for _, room := range a.inboxRooms() {
+			if err := tx.Put(bucketInbox, inboxKey(room, a), nil); err != nil {
+				return err
+			}
+		}
+	}
+	if err := store.PutJSON(tx, bucketApprovals, a.ref().key(), a); err != nil {
+		return fmt.Errorf("approvals: write %s: %w", a.ID, err)
+	}
+	tx.Notify(TopicApprovals)
+	tx.Notify(TopicApproval(a.ID))
+	return nil
+}
+
+// Observe is a requests.Observer: a request created pending gets its
+// approval (record, expiry timer, cards) in the transaction that creates it;
+// a request that ends, or whose cancel is asked, withdraws its pending
+// approvals (so a waiting agent hears "not approved" and no card keeps its
+// buttons).
+func (s *Service) Observe(tx store.Tx, before, after *requests.Request) error {
+	switch {
+	case before == nil && after.State == requests.Pending:
+		_, err := s.createTx(tx, after, 0, KindRequest, after.Ask, Label(after))
+		return err
+	case before == nil:
+		return nil
+	case after.State.Terminal() && !before.State.Terminal():
+		return s.withdrawTx(tx, after, "the request "+after.State.String())
+	case after.CancelRequested && !before.CancelRequested:
+		return s.withdrawTx(tx, after, "the request's cancel was asked")
+	}
+	return nil
+}
+
+// Label names a request as its approvals show who asks:
+// "R20261129-07 · coder".
+func Label(r *requests.Request) string { return r.ID.String() + " · " + r.Agent }
+
+// createTx makes approval n of request r, with its expiry timer, inbox entry
+// and cards.
+func (s *Service) createTx(tx store.Tx, r *requests.Request, n int, kind Kind, action, asker string) (*Approval, error) {
+	// Whole milliseconds: the expiry index keys by millisecond, so an
+	// approval is due exactly when its timer is.
+	now := s.now().Truncate(time.Millisecond)
+	ttl := s.ttlFor(r.Room)
+	a := &Approval{
+		ID: ref{req: r.ID, n: n}.String(), Kind: kind, RequestID: r.ID, Room: r.Room, Agent: r.Agent,
+		Requester: r.Requester, Action: action, Asker: asker, State: Pending, Version: 1,
+		Created: now, ExpiresAt: now.Add(ttl), TTL: ttl,
+	}
+	root, err := s.rootTx(tx, r)
+	if err != nil {
+		return nil, err
+	}
+	if root != nil {
+		a.Root, a.RootRoom = root.ID, root.Room
+	}
+	if err := s.postCardsTx(tx, a, r, root); err != nil {
+		return nil, err
+	}
+	if err := putTx(tx, nil, a); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// maxDelegationDepth bounds the walk to a delegation chain's root.
+const maxDelegationDepth = 64
+
+// rootTx returns the root of r's delegation chain, or nil if r is its own.
+func (s *Service) rootTx(tx store.Tx, r *requests.Request) (*requests.Request, error) {
+	var root *requests.Request
+	cur := r
+	for i := 0; i < maxDelegationDepth && !cur.DelegatedBy.IsZero(); i++ {
+		up, err := s.svc.GetTx(tx, cur.DelegatedBy)
+		if err != nil {
+			return nil, fmt.Errorf("approvals: root of %s: %w", r.ID, err)
+		}
+		root, cur = up, up
+	}
+	return root, nil
+}
+
+// postCardsTx queues the card in the asking request's thread, in its root's
+// thread, and to each of the room's approvers on a surface with a running
+// connector, recording every copy in a.Copies.
+func (s *Service) postCardsTx(tx store.Tx, a *Approval, r, root *requests.Request) error {
+	m := Card(a)
+	post := func(e threads.Effect) error {
+		e.Message = m
+		if err := threads.Enqueue(tx, e); err != nil {
+			return err
+		}
+		a.Copies = append(a.Copies, Copy{Surface: e.Surface, Request: e.Request, Ref: e.Save})
+		return nil
+	}
+	if s.threads != nil {
+		if surface, _, ok := s.threads.Place(r); ok {
+			if err := post(threads.Effect{Op: threads.OpReply, Request: r.ID.String(), Surface: surface,
+				Save: "approval/" + a.ID + "/thread"}); err != nil {
+				return err
+			}
+		}
+		if root != nil {
+			if surface, _, ok := s.threads.Place(root); ok {
+				if err := post(threads.Effect{Op: threads.OpReply, Request: root.ID.String(), Surface: surface,
+					Save: "approval/" + a.ID + "/root"}); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for _, u := range s.rooms[a.Room].Approvers {
+		surface, id, _ := strings.Cut(u, ":")
+		if !s.surfaces[surface] {
+			continue
+		}
+		if err := post(threads.Effect{Op: threads.OpDirect, Request: r.ID.String(), Surface: surface, User: id,
+			Save: "approval/" + a.ID + "/dm/" + u}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// updateCardsTx puts the current card in place of every posted copy.
+func updateCardsTx(tx store.Tx, a *Approval) error {
+	m := Card(a)
+	for _, c := range a.Copies {
+		if err := threads.Enqueue(tx, threads.Effect{Op: threads.OpUpdate, Request: c.Request,
+			Surface: c.Surface, Ref: c.Ref, Message: m}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settleTx moves a pending approval to its final state, with its cards.
+func settleTx(tx store.Tx, a *Approval, to State, by, surface, reason string, now time.Time) (*Approval, error) {
+	after := *a
+	after.State, after.DecidedBy, after.Surface, after.DecidedAt, after.Reason = to, by, surface, now, reason
+	after.Version++
+	if err := putTx(tx, a, &after); err != nil {
+		return nil, err
+	}
+	if err := updateCardsTx(tx, &after); err != nil {
+		return nil, err
+	}
+	return &after, nil
+}
+
+// withdrawTx withdraws the pending approvals of request r.
+func (s *Service) withdrawTx(tx store.Tx, r *requests.Request, why string) error {
+	var pending []*Approval
+	p := requestPrefix(r.ID)
+	err := tx.Scan(bucketApprovals, p, store.PrefixEnd(p), func(k string, v []byte) error {
+		var a Approval
+		if err := json.Unmarshal(v, &a); err != nil {
+			return fmt.Errorf("decode %s: %w", k, err)
+		}
+		if a.State == Pending {
+			pending = append(pending, &a)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("approvals: withdraw for %s: %w", r.ID, err)
+	}
+	now := s.now()
+	for _, a := range pending {
+		if _, err := settleTx(tx, a, Withdrawn, actorApprovals, "", why, now); err != nil {
+			return err
+		}
+		if err := audit.Append(tx, audit.Record{
+			Time: now, RequestID: r.ID.String(), Actor: actorApprovals, Action: "approval_withdrawn",
+			From: string(Pending), To: string(Withdrawn), Detail: a.ID + ": " + why,
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,281 @@
+package approvals
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/roombridge/roombridge/audit"
+	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/store"
+)
+
+// Verdict is what a person decides. Its values are the action IDs of the
+// card's buttons.
+type Verdict string
+
+// Verdicts.
+const (
+	Approve Verdict = "approve"
+	Deny    Verdict = "deny"
+)
+
+// ParseVerdict parses "approve" or "deny".
+func ParseVerdict(s string) (Verdict, error) {
+	switch v := Verdict(s); v {
+	case Approve, Deny:
+		return v, nil
+	}
+	return "", fmt.Errorf("unknown decision %q (want approve or deny)", s)
+}
+
+// state is the approval state a verdict leads to.
+func (v Verdict) state() State {
+	if v == Approve {
+		return Approved
+	}
+	return Denied
+}
+
+// refusal is an error meant for the person refused; it wraps the package
+// error that classifies it.
+type refusal struct {
+	kind error
+	msg  string
+}
+
+func (r *refusal) Error() string { return r.msg }
+func (r *refusal) Unwrap() error { return r.kind }
+
+func refuse(kind error, format string, args ...any) error {
+	return &refusal{kind: kind, msg: fmt.Sprintf(format, args...)}
+}
+
+// MayDecide reports whether user may approve or deny in room: its approvers
+// and the owners (and holders of the API token).
+func (s *Service) MayDecide(room config.Room, user string) bool {
+	return s.svc.IsOwner(user) || strings.HasPrefix(user, chat.API+":") || slices.Contains(room.Approvers, user)
+}
+
+// Decide settles approval id (full or short form) with v, by actor on
+// surface, as a compare-and-set in one store transaction: the first decision
+// wins; the same decision replayed is a no-op that succeeds; a conflicting or
+// late one is refused with a message naming who decided and when, and so is
+// a decision by someone who may not decide. Every refusal is audited and
+// changes nothing else — except a decision arriving after the TTL while the
+// approval is still pending: the approval expires then and there (the
+// sweeper had not come by yet), and the decision is refused.
+//
+// Deciding a request's approval moves the request (approve → approved; deny
+// → cancelled, "denied by X"), with its audit record, in the same
+// transaction; every copy of the card is updated through the outbox.
+func (s *Service) Decide(ctx context.Context, id string, v Verdict, actor, surface string) (*Approval, error) {
+	r, err := parseRef(id, s.now())
+	if err != nil {
+		return nil, s.refuseOutside(ctx, "", actor, surface, fmt.Sprintf("%s %s", v, id), err)
+	}
+	var out *Approval
+	var refused error
+	err = s.store.Update(ctx, func(tx store.Tx) error {
+		out, refused = nil, nil
+		now := s.now()
+		a, err := getTx(tx, r)
+		if errors.Is(err, ErrUnknown) {
+			refused = err
+			return auditRefusalTx(tx, now, r.req.String(), actor, surface, fmt.Sprintf("%s %s", v, r), err)
+		}
+		if err != nil {
+			return err
+		}
+		out, refused, err = s.decideTx(tx, a, v, actor, surface, now)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("approvals: %s %s: %w", v, id, err)
+	}
+	if refused != nil {
+		s.log.InfoContext(ctx, "decision refused", "approval", r.String(), "request_id", r.req.String(),
+			"user", actor, "surface", surface, "verdict", string(v), "error", refused)
+		return out, refused
+	}
+	return out, nil
+}
+
+// Click settles the approval that a card's button decides: the block ID
+// names the approval (as rendered by Card), the action ID the verdict. A
+// malformed click is refused and audited like any other refusal.
+func (s *Service) Click(ctx context.Context, c *chat.ClickAction, actor, surface string) (*Approval, error) {
+	if c == nil {
+		return nil, s.refuseOutside(ctx, "", actor, surface, "click", errors.New("the click carries no button"))
+	}
+	id, _, ok := parseBlockID(c.BlockID)
+	if !ok || c.Value != id {
+		return nil, s.refuseOutside(ctx, "", actor, surface, "click",
+			fmt.Errorf("the button (block %q, value %q) does not decide an approval", c.BlockID, c.Value))
+	}
+	v, err := ParseVerdict(c.ActionID)
+	if err != nil {
+		return nil, s.refuseOutside(ctx, "", actor, surface, "click "+id, err)
+	}
+	return s.Decide(ctx, id, v, actor, surface)
+}
+
+// decideTx is Decide on approval a inside tx. It returns the approval as it
+// now is, and a refusal (with its audit record written) or nil.
+func (s *Service) decideTx(tx store.Tx, a *Approval, v Verdict, actor, surface string, now time.Time) (*Approval, error, error) {
+	what := fmt.Sprintf("%s %s", v, a.ID)
+	if !s.MayDecide(s.rooms[a.Room], actor) {
+		ref := refuse(ErrForbidden, "%s may not approve or deny in room %s: only its approvers and the owners may", actor, a.Room)
+		return a, ref, auditRefusalTx(tx, now, a.RequestID.String(), actor, surface, what, ref)
+	}
+	switch {
+	case a.State == Pending && now.Before(a.ExpiresAt):
+	case a.State == Pending:
+		// Late: the TTL passed and the sweeper has not come by yet.
+		expired, err := s.expireTx(tx, a, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		ref := settledRefusal(expired, now)
+		return expired, ref, auditRefusalTx(tx, now, a.RequestID.String(), actor, surface, what, ref)
+	case a.State == v.state():
+		return a, nil, nil // the same decision replayed: nothing to do
+	default:
+		ref := settledRefusal(a, now)
+		return a, ref, auditRefusalTx(tx, now, a.RequestID.String(), actor, surface, what, ref)
+	}
+	after, err := settleTx(tx, a, v.state(), actor, surface, "", now)
+	if err != nil {
+		return nil, nil, err
+	}
+	if a.Kind == KindRequest {
+		c := requests.Change{Event: requests.Approve, Actor: actor, Surface: surface, Detail: "approval " + a.ID}
+		if v == Deny {
+			reason := "denied by " + actor
+			c.Event, c.Detail = requests.Deny, reason
+			c.Mutate = func(r *requests.Request) { r.Reason = reason }
+		}
+		if _, err := s.svc.ApplyTx(tx, a.RequestID, c); err != nil {
+			return nil, nil, err
+		}
+		return after, nil, nil
+	}
+	return after, nil, audit.Append(tx, audit.Record{
+		Time: now, RequestID: a.RequestID.String(), Actor: actor, Surface: surface, Action: string(v),
+		From: string(Pending), To: string(after.State), Detail: "permission " + a.ID + ": " + oneLine(a.Action, 200),
+	})
+}
+
+// settledRefusal tells someone deciding a settled approval who settled it,
+// how, and when.
+func settledRefusal(a *Approval, now time.Time) error {
+	switch a.State {
+	case Expired:
+		next := "retry " + retryRef(a) + " to ask again"
+		if a.Kind == KindAction {
+			next = "the agent was told: not approved"
+		}
+		return refuse(ErrDecided, "%s expired at %s: nobody decided within %s — %s", a.ID, stamp(a.DecidedAt, now), Duration(a.TTL), next)
+	case Withdrawn:
+		return refuse(ErrDecided, "%s was withdrawn at %s: %s", a.ID, stamp(a.DecidedAt, now), a.Reason)
+	}
+	return refuse(ErrDecided, "%s was already %s by %s at %s", a.ID, a.State, a.DecidedBy, stamp(a.DecidedAt, now))
+}
+
+func auditRefusalTx(tx store.Tx, now time.Time, requestID, actor, surface, what string, why error) error {
+	return audit.Append(tx, audit.Record{
+		Time: now, RequestID: requestID, Actor: actor, Surface: surface, Action: "decision_refused",
+		Detail: what + ": " + why.Error(),
+	})
+}
+
+// refuseOutside audits a refusal that needs no transaction of its own, and
+// returns it.
+func (s *Service) refuseOutside(ctx context.Context, requestID, actor, surface, what string, why error) error {
+	err := s.store.Update(ctx, func(tx store.Tx) error {
+		return auditRefusalTx(tx, s.now(), requestID, actor, surface, what, why)
+	})
+	if err != nil {
+		s.log.ErrorContext(ctx, "auditing a refused decision", "error", err)
+	}
+	s.log.InfoContext(ctx, "decision refused", "user", actor, "surface", surface, "what", what, "error", why)
+	return why
+}
+
+// Due returns up to limit approval timers due at now, earliest first, read
+// from the store's expiry index (never a scan of all approvals). It and
+// Expire make the Service a ttl.Expirer.
+func (s *Service) Due(ctx context.Context, now time.Time, limit int) ([]store.Timer, error) {
+	var due []store.Timer
+	err := s.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		due, err = store.DueTimers(tx, TimerKind, now, limit)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("approvals: due: %w", err)
+	}
+	return due, nil
+}
+
+// Expire expires the approval of timer t if it is still pending and due at
+// now, in one transaction, and reports whether it did. A timer whose
+// approval was settled meanwhile is removed.
+func (s *Service) Expire(ctx context.Context, t store.Timer, now time.Time) (bool, error) {
+	var expired bool
+	err := s.store.Update(ctx, func(tx store.Tx) error {
+		expired = false
+		a, err := getKeyTx(tx, t.ID, t.ID)
+		switch {
+		case errors.Is(err, ErrUnknown):
+			return store.RemoveTimer(tx, TimerKind, t.Due, t.ID)
+		case err != nil:
+			return err
+		case a.State != Pending:
+			return store.RemoveTimer(tx, TimerKind, t.Due, t.ID)
+		case now.Before(a.ExpiresAt):
+			return nil
+		}
+		_, err = s.expireTx(tx, a, now.UTC())
+		expired = err == nil
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("approvals: expire %s: %w", t.ID, err)
+	}
+	return expired, nil
+}
+
+// expireTx expires pending approval a: a request's approval moves its
+// request to expired (never a denial); an agent's permission is answered
+// "not approved: expired". Audited as system:ttl; every card copy updated.
+func (s *Service) expireTx(tx store.Tx, a *Approval, now time.Time) (*Approval, error) {
+	after, err := settleTx(tx, a, Expired, ActorTTL, "", "", now)
+	if err != nil {
+		return nil, err
+	}
+	detail := fmt.Sprintf("approval %s: nobody decided within %s", a.ID, Duration(a.TTL))
+	if a.Kind == KindRequest {
+		r, err := s.svc.GetTx(tx, a.RequestID)
+		if err != nil {
+			return nil, err
+		}
+		if r.State == requests.Pending {
+			reason := "not approved within " + Duration(a.TTL)
+			_, err := s.svc.ApplyTx(tx, a.RequestID, requests.Change{Event: requests.Expire, Actor: ActorTTL,
+				Detail: detail, Mutate: func(r *requests.Request) { r.Reason = reason }})
+			return after, err
+		}
+	} else {
+		detail = "permission " + a.ID + ": " + oneLine(a.Action, 200) + ": nobody decided within " + Duration(a.TTL)
+	}
+	return after, audit.Append(tx, audit.Record{
+		Time: now, RequestID: a.RequestID.String(), Actor: ActorTTL, Action: "expire",
+		From: string(Pending), To: string(Expired), Detail: detail,
+	})
+}

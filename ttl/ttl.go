@@ -1,0 +1,276 @@
+// Package ttl is the sweeper that expires what waited too long (approvals):
+// a github.com/robfig/cron/v3 job that reads only what is due, through the
+// store's expiry index, and expires each item in its own transaction. It
+// runs only where the leader's work runs: Start it when a term starts, Stop
+// it when the term ends.
+package ttl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/roombridge/roombridge/clock"
+	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/store"
+)
+
+// Expirer is something with an expiry index: approvals (and, later, open
+// questions).
+type Expirer interface {
+	// Due returns up to limit timers due at now, earliest first, reading the
+	// due range of the expiry index only.
+	Due(ctx context.Context, now time.Time, limit int) ([]store.Timer, error)
+	// Expire expires the item of t if it is still waiting and due at now,
+	// in one transaction, and reports whether it did; an item settled
+	// meanwhile is not expired (and its timer is dropped).
+	Expire(ctx context.Context, t store.Timer, now time.Time) (bool, error)
+}
+
+// Defaults of Options.
+const (
+	// DefaultPage is how many due timers one range read returns.
+	DefaultPage = 1024
+	// DefaultParallel is how many expiries are in flight at once: enough for
+	// the store to group-commit them (bolt shares one fsync between up to
+	// 256 concurrent updates; etcd packs them into few Txns).
+	DefaultParallel = 256
+)
+
+// Options configure a Sweeper.
+type Options struct {
+	// Spec is the cron schedule (config approvals.sweep; default
+	// config.DefaultSweep, "@every 1m").
+	Spec string
+	// Clock tells the time the sweeps compare due times with.
+	Clock clock.Clock
+	// Log defaults to discarding.
+	Log *slog.Logger
+	// Page and Parallel tune a sweep (defaults DefaultPage, DefaultParallel).
+	Page, Parallel int
+}
+
+// Result is what one sweep did.
+type Result struct {
+	// Due is how many due timers the sweep read.
+	Due int
+	// Expired is how many items it expired.
+	Expired int
+	// Skipped is how many were settled meanwhile (their timers dropped).
+	Skipped int
+	// Failed is how many could not be expired (retried next sweep).
+	Failed int
+	// Took is how long the sweep took.
+	Took time.Duration
+}
+
+// Sweeper expires due items on a cron schedule.
+type Sweeper struct {
+	o        Options
+	sched    cron.Schedule
+	expirers []Expirer
+	log      *slog.Logger
+
+	mu   sync.Mutex
+	term *term // nil when not running
+}
+
+// New returns a Sweeper over expirers. A bad schedule is an error naming the
+// config key.
+func New(o Options, expirers ...Expirer) (*Sweeper, error) {
+	if o.Spec == "" {
+		o.Spec = config.DefaultSweep
+	}
+	sched, err := cron.ParseStandard(o.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("config: approvals.sweep: %q: %w", o.Spec, err)
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Page <= 0 {
+		o.Page = DefaultPage
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = DefaultParallel
+	}
+	return &Sweeper{o: o, sched: sched, expirers: expirers, log: o.Log}, nil
+}
+
+// ErrRunning: Start was called while the sweeper runs.
+var ErrRunning = errors.New("ttl: the sweeper is running already")
+
+// Start sweeps once at once (what fell due while no leader swept), then on
+// the schedule, until ctx ends or Stop is called. Each run is wrapped in
+// cron.SkipIfStillRunning (a slow sweep is never run twice at once) and,
+// inside it, cron.Recover (a panic is logged, the next run happens). Start
+// returns at once.
+func (s *Sweeper) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.term != nil {
+		return ErrRunning
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	logger := cronLogger{s.log}
+	// Recover goes inside SkipIfStillRunning: in cron v3.0.1 a panic that
+	// unwinds through SkipIfStillRunning never gives its token back, and
+	// every later run would be skipped (the order in notes/ha.md,
+	// Recover outside, has that bug; TestStartRecoversPanicsAndStops).
+	job := cron.NewChain(cron.SkipIfStillRunning(logger), cron.Recover(logger)).Then(cron.FuncJob(func() {
+		if ctx.Err() != nil {
+			return
+		}
+		res, err := s.SweepOnce(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.log.ErrorContext(ctx, "sweep failed", "error", err, "expired", res.Expired, "failed", res.Failed)
+		case res.Due > 0:
+			s.log.InfoContext(ctx, "sweep", "expired", res.Expired, "skipped", res.Skipped, "failed", res.Failed, "took", res.Took)
+		}
+	}))
+	c := cron.New(cron.WithLogger(logger))
+	c.Schedule(s.sched, job)
+	t := &term{cancel: cancel, done: make(chan struct{})}
+	s.term = t
+	var first sync.WaitGroup
+	first.Add(1)
+	go func() {
+		defer first.Done()
+		job.Run() // through the same chain: a scheduled run that overlaps is skipped
+	}()
+	c.Start()
+	go func() {
+		<-ctx.Done()
+		<-c.Stop().Done() // waits for a scheduled run in progress
+		first.Wait()
+		s.mu.Lock()
+		if s.term == t {
+			s.term = nil
+		}
+		s.mu.Unlock()
+		close(t.done)
+	}()
+	return nil
+}
+
+// Run is Start, then Stop once ctx ends: the sweeper as one job of the
+// leader's work.
+func (s *Sweeper) Run(ctx context.Context) error {
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	s.Stop()
+	return nil
+}
+
+// term is one Start..Stop of the sweeper.
+type term struct {
+	cancel context.CancelFunc
+	done   chan struct{} // closed once every run of the term has returned
+}
+
+// Stop ends the schedule, cancels a running sweep and waits for it to
+// return. It is a no-op when the sweeper is not running.
+func (s *Sweeper) Stop() {
+	s.mu.Lock()
+	t := s.term
+	s.mu.Unlock()
+	if t != nil {
+		t.cancel()
+		<-t.done
+	}
+}
+
+// SweepOnce expires everything due now, page by page, with up to Parallel
+// expiries in flight. Items that fail are logged, counted and left for the
+// next sweep; the first error is returned with the counts.
+func (s *Sweeper) SweepOnce(ctx context.Context) (Result, error) {
+	start := time.Now()
+	now := s.o.Clock.Now()
+	var res Result
+	var firstErr error
+	for _, e := range s.expirers {
+		if err := s.sweep(ctx, e, now, &res); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	res.Took = time.Since(start)
+	return res, firstErr
+}
+
+func (s *Sweeper) sweep(ctx context.Context, e Expirer, now time.Time, res *Result) error {
+	seen := map[string]bool{} // handled in this sweep: never tried twice
+	var firstErr error
+	for ctx.Err() == nil {
+		due, err := e.Due(ctx, now, s.o.Page)
+		if err != nil {
+			return err
+		}
+		var todo []store.Timer
+		for _, t := range due {
+			if !seen[t.ID] {
+				todo = append(todo, t)
+			}
+		}
+		if len(todo) == 0 {
+			break
+		}
+		res.Due += len(todo)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, s.o.Parallel)
+		for _, t := range todo {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				ok, err := e.Expire(ctx, t, now)
+				mu.Lock()
+				defer mu.Unlock()
+				seen[t.ID] = true
+				switch {
+				case err != nil:
+					res.Failed++
+					if firstErr == nil {
+						firstErr = err
+					}
+					if ctx.Err() == nil {
+						s.log.ErrorContext(ctx, "expiring", "timer", t.ID, "error", err)
+					}
+				case ok:
+					res.Expired++
+				default:
+					res.Skipped++
+				}
+			}()
+		}
+		wg.Wait()
+		if len(due) < s.o.Page {
+			break
+		}
+	}
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	return firstErr
+}
+
+// cronLogger sends cron's logging to slog: its routine messages at debug.
+type cronLogger struct{ log *slog.Logger }
+
+func (l cronLogger) Info(msg string, kv ...any) { l.log.Debug("cron: "+msg, kv...) }
+
+func (l cronLogger) Error(err error, msg string, kv ...any) {
+	l.log.Error("cron: "+msg, append([]any{"error", err}, kv...)...)
+}

@@ -1,0 +1,138 @@
+package ttl_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/roombridge/roombridge/clock"
+	"github.com/roombridge/roombridge/store"
+	"github.com/roombridge/roombridge/ttl"
+)
+
+// fakeExpirer is an in-memory expiry index: the sweeper's own logic is what
+// these tests exercise (approvals_test runs it on the real store).
+type fakeExpirer struct {
+	mu      sync.Mutex
+	due     map[string]time.Time
+	fail    map[string]bool
+	panics  atomic.Int32 // panics left to throw
+	calls   atomic.Int32
+	expired []string
+}
+
+func newFake(n int, at time.Time) *fakeExpirer {
+	f := &fakeExpirer{due: map[string]time.Time{}, fail: map[string]bool{}}
+	for i := 0; i < n; i++ {
+		f.due[string(rune('a'+i%26))+strings.Repeat("x", i/26)] = at
+	}
+	return f
+}
+
+func (f *fakeExpirer) Due(_ context.Context, now time.Time, limit int) ([]store.Timer, error) {
+	f.calls.Add(1)
+	if f.panics.Load() > 0 {
+		f.panics.Add(-1)
+		panic("boom")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []store.Timer
+	for id, at := range f.due {
+		if !at.After(now) && len(out) < limit {
+			out = append(out, store.Timer{Kind: "fake", ID: id, Due: at})
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeExpirer) Expire(_ context.Context, t store.Timer, _ time.Time) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail[t.ID] {
+		return false, errors.New("disk on fire")
+	}
+	delete(f.due, t.ID)
+	f.expired = append(f.expired, t.ID)
+	return true, nil
+}
+
+func (f *fakeExpirer) left() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.due)
+}
+
+var t0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+
+func TestSweepOncePagesAndSkipsFailures(t *testing.T) {
+	clk := clock.NewFake(t0)
+	f := newFake(100, t0.Add(time.Minute))
+	f.fail["a"] = true
+	s, err := ttl.New(ttl.Options{Clock: clk, Page: 7, Parallel: 3}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.SweepOnce(context.Background()); err != nil || res.Due != 0 {
+		t.Fatalf("before due: %+v, %v", res, err)
+	}
+	clk.Advance(time.Minute)
+	res, err := s.SweepOnce(context.Background())
+	if err == nil || res.Expired != 99 || res.Failed != 1 || f.left() != 1 {
+		t.Fatalf("sweep: %+v, %v; %d left", res, err, f.left())
+	}
+}
+
+func TestBadSpecNamesTheKey(t *testing.T) {
+	_, err := ttl.New(ttl.Options{Spec: "every minute"})
+	if err == nil || !strings.Contains(err.Error(), "approvals.sweep") {
+		t.Fatalf("%v", err)
+	}
+}
+
+// Start sweeps at once, then on the schedule; a panic in a run is recovered
+// (cron.Recover) and the next run happens; Stop waits and is idempotent.
+func TestStartRecoversPanicsAndStops(t *testing.T) {
+	clk := clock.NewFake(t0)
+	f := newFake(3, t0)
+	f.panics.Store(1) // the immediate run panics
+	s, err := ttl.New(ttl.Options{Clock: clk, Spec: "@every 1s"}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); !errors.Is(err, ttl.ErrRunning) {
+		t.Fatalf("second Start: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for f.left() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the scheduled run after the panic did not expire the items (calls %d)", f.calls.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.Stop()
+	s.Stop()
+	calls := f.calls.Load()
+	// Restartable (a new leadership term), and ctx ending stops it.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	if err := s.Start(ctx2); err != nil {
+		t.Fatal(err)
+	}
+	for f.calls.Load() == calls {
+		if time.Now().After(deadline) {
+			t.Fatal("the restarted sweeper did not sweep at once")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel2()
+	s.Stop()
+}
