@@ -30,7 +30,6 @@ func Card(a *Approval) chat.Message {
 		BlockID: BlockID(a),
 	}
 	if a.State == Pending {
-		card.Fields = append(card.Fields, chat.Field{Label: "Expires", Value: stamp(a.ExpiresAt, a.Created)})
 		card.Buttons = []chat.Button{
 			{ActionID: string(Approve), Label: "Approve", Value: a.ID, Style: "primary"},
 			{ActionID: string(Deny), Label: "Deny", Value: a.ID, Style: "danger"},

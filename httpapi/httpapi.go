@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/requests"
@@ -76,6 +77,11 @@ func New(o Options) *Server {
 	s.handle("GET /v1/requests/{id}", s.getRequest)
 	s.handle("POST /v1/requests/{id}/cancel", s.cancelRequest)
 	s.handle("POST /v1/requests/{id}/retry", s.retryRequest)
+	s.handle("POST /v1/approvals/{id}/approve", s.decide(approvals.Approve))
+	s.handle("POST /v1/approvals/{id}/deny", s.decide(approvals.Deny))
+	s.handle("POST /v1/users/{user}/revoke", s.revokeUser)
+	s.handle("GET /v1/rooms/{room}/inbox", s.roomInbox)
+	s.handle("GET /v1/rooms/{room}/tasks", s.roomTasks)
 	s.handle("GET /v1/audit", s.exportAudit)
 	return s
 }
@@ -134,10 +140,12 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 func fail(w http.ResponseWriter, err error) {
 	var mbe *http.MaxBytesError
 	switch {
-	case errors.Is(err, requests.ErrBadID):
+	case errors.Is(err, requests.ErrBadID), errors.Is(err, approvals.ErrBadID), errors.Is(err, approvals.ErrBadUser):
 		writeError(w, http.StatusBadRequest, err.Error())
-	case errors.Is(err, requests.ErrUnknown):
+	case errors.Is(err, requests.ErrUnknown), errors.Is(err, approvals.ErrUnknown), errors.Is(err, approvals.ErrUnknownRoom):
 		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, approvals.ErrDecided):
+		writeError(w, http.StatusConflict, err.Error())
 	case errors.Is(err, rooms.ErrForbidden):
 		writeError(w, http.StatusForbidden, err.Error())
 	case errors.Is(err, requests.ErrIllegalTransition):
@@ -278,6 +286,84 @@ func (s *Server) retryRequest(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, req)
+}
+
+// decide approves or denies an approval (R-07: a request's; R-07.1: a
+// permission asked during its run) as the API token holder.
+func (s *Server) decide(v approvals.Verdict) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		a, err := s.router.Decide(r.Context(), r.PathValue("id"), v == approvals.Approve, APIActor, chat.API)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, a)
+	}
+}
+
+// RevokeResult is the answer of POST /v1/users/{user}/revoke.
+type RevokeResult struct {
+	User string `json:"user"`
+	// Cancelled are the user's pending and queued requests, now cancelled;
+	// their running requests finish.
+	Cancelled []requests.ID `json:"cancelled"`
+	Count     int           `json:"count"`
+}
+
+func (s *Server) revokeUser(w http.ResponseWriter, r *http.Request) {
+	user := r.PathValue("user")
+	ids, err := s.router.Approvals().Revoke(r.Context(), user, APIActor, chat.API)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	if ids == nil {
+		ids = []requests.ID{}
+	}
+	writeJSON(w, http.StatusOK, RevokeResult{User: user, Cancelled: ids, Count: len(ids)})
+}
+
+func (s *Server) roomInbox(w http.ResponseWriter, r *http.Request) {
+	in, err := s.router.Approvals().Inbox(r.Context(), r.PathValue("room"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, in)
+}
+
+// Task is one thing that runs now in a room: a running request (background
+// tasks join them with issue 7).
+type Task struct {
+	Kind            string      `json:"kind"` // "request"
+	RequestID       requests.ID `json:"request_id"`
+	Agent           string      `json:"agent"`
+	Requester       string      `json:"requester"`
+	StartedAt       time.Time   `json:"started_at"`
+	Progress        int         `json:"progress,omitempty"`
+	Activity        string      `json:"activity,omitempty"`
+	CancelRequested bool        `json:"cancel_requested,omitempty"`
+}
+
+func (s *Server) roomTasks(w http.ResponseWriter, r *http.Request) {
+	room, ok := s.router.RoomNamed(r.PathValue("room"))
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown room %q", r.PathValue("room")))
+		return
+	}
+	running, err := s.svc.List(r.Context(), requests.Filter{State: requests.Running})
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	tasks := []Task{}
+	for _, q := range running {
+		if q.Room == room.Name {
+			tasks = append(tasks, Task{Kind: "request", RequestID: q.ID, Agent: q.Agent, Requester: q.Requester,
+				StartedAt: q.StartedAt, Progress: q.Progress, Activity: q.Activity, CancelRequested: q.CancelRequested})
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"room": room.Name, "tasks": tasks, "count": len(tasks)})
 }
 
 // ParseTime accepts RFC 3339 times and YYYY-MM-DD days (UTC).

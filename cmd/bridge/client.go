@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/requests"
 )
 
@@ -219,6 +220,63 @@ func requestAction(ctx context.Context, verb string, args []string, out io.Write
 		return err
 	}
 	printRequest(out, &r)
+	return nil
+}
+
+// approvalAction approves or denies an approval through the daemon.
+func approvalAction(ctx context.Context, verb string, args []string, out io.Writer) error {
+	fs := newFlags(verb)
+	mk := apiFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("%w: %s needs exactly one approval ID (R-07, or R-07.1 for a permission asked during a run)", errUsage, verb)
+	}
+	id := fs.Arg(0)
+	if _, err := approvals.ParseID(id, time.Now()); err != nil {
+		return err
+	}
+	c, err := mk()
+	if err != nil {
+		return err
+	}
+	var a approvals.Approval
+	if err := c.getJSON(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(id)+"/"+verb, &a); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%s %s\n%s\n", a.ID, a.State, approvals.Status(&a))
+	return nil
+}
+
+// revokeUser cancels a user's waiting requests through the daemon.
+func revokeUser(ctx context.Context, args []string, out io.Writer) error {
+	fs := newFlags("revoke")
+	mk := apiFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("%w: revoke needs exactly one user (surface:id, e.g. slack:U123)", errUsage)
+	}
+	user := fs.Arg(0)
+	if err := approvals.CheckUser(user); err != nil {
+		return err
+	}
+	c, err := mk()
+	if err != nil {
+		return err
+	}
+	var res struct {
+		Cancelled []requests.ID `json:"cancelled"`
+	}
+	if err := c.getJSON(ctx, http.MethodPost, "/v1/users/"+url.PathEscape(user)+"/revoke", &res); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%s revoked: %d waiting request(s) cancelled; running ones finish\n", user, len(res.Cancelled))
+	for _, id := range res.Cancelled {
+		fmt.Fprintln(out, id)
+	}
 	return nil
 }
 

@@ -24,6 +24,8 @@ const usage = `usage: bridge <command> [flags]
   requests list [--state S] [--agent A]
   requests show ID
   cancel ID | retry ID
+  approve ID | deny ID                approve or deny (R-07: a request; R-07.1: a permission its agent asked)
+  revoke USER                         cancel USER's pending and queued requests (surface:id); running ones finish
   audit export [--since T] [--until T] [--format jsonl|csv] [-o FILE]
 
 Commands that talk to a running daemon take --api URL and --config FILE.`
@@ -59,6 +61,10 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("%w: requests list|show", errUsage)
 	case "cancel", "retry":
 		return requestAction(ctx, cmd, rest, os.Stdout)
+	case "approve", "deny":
+		return approvalAction(ctx, cmd, rest, os.Stdout)
+	case "revoke":
+		return revokeUser(ctx, rest, os.Stdout)
 	case "audit":
 		if len(rest) == 0 || rest[0] != "export" {
 			return fmt.Errorf("%w: audit export [flags]", errUsage)

@@ -57,7 +57,7 @@ func (c *Connector) Run(ctx context.Context, h chat.Handler) error {
 			}
 		}
 	}()
-	c.printf("console room %q: type @agent <ask>, approve|deny|cancel|retry|show <ID>, /as <user>, help", c.room)
+	c.printf("console room %q: type @agent <ask>, inbox, approve|deny|cancel|retry|show <ID>, /as <user>, help", c.room)
 	for {
 		select {
 		case <-ctx.Done():
@@ -101,9 +101,10 @@ func (c *Connector) handle(ctx context.Context, h chat.Handler, line string) {
 	switch {
 	case resp.Text == "":
 	case resp.Error:
-		c.printf("! %s", resp.Text)
+		c.printf("! %s", strings.ReplaceAll(resp.Text, "\n", "\n  "))
 	default:
-		c.printf("* %s", resp.Text)
+		// Multi-line answers (the inbox) continue indented under their "*".
+		c.printf("* %s", strings.ReplaceAll(resp.Text, "\n", "\n  "))
 	}
 }
 
