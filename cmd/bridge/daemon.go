@@ -119,7 +119,7 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 		ags = append(ags, agents.Agent{Name: name, Runtime: rt})
 	}
 	sched := agents.NewScheduler(svc, th, log, ags...)
-	deliver := threads.NewDeliverer(db, clk, log, conns...)
+	deliver := threads.NewDeliverer(db, clk, log, be.outbound(conns)...)
 
 	api := httpapi.New(httpapi.Options{Service: svc, Router: router, Token: token, Log: log, Ready: be.ready})
 	for _, c := range conns {

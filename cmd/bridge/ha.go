@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/audit"
+	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/election"
@@ -33,9 +34,12 @@ type backend struct {
 	// ready answers /readyz (nil: always ready).
 	ready func() bool
 	// jobs are leader jobs of the backend itself (audit retention).
-	jobs  []job
-	close func()
-	desc  string
+	jobs []job
+	// outbound wraps the connectors the outbox sends through (HA: each
+	// send is preceded by a fenced claim).
+	outbound func([]chat.Connector) []chat.Connector
+	close    func()
+	desc     string
 }
 
 // openBackend opens the store of cfg. Single node: bolt in data_dir, whose
@@ -48,10 +52,11 @@ func openBackend(cfg *config.Config, clk clock.Clock, log *slog.Logger) (*backen
 			return nil, err
 		}
 		return &backend{
-			store: db,
-			lead:  func(ctx context.Context, work func(context.Context) error) error { return work(ctx) },
-			close: func() { _ = db.Close() },
-			desc:  "bolt " + db.Path(),
+			store:    db,
+			lead:     func(ctx context.Context, work func(context.Context) error) error { return work(ctx) },
+			outbound: func(c []chat.Connector) []chat.Connector { return c },
+			close:    func() { _ = db.Close() },
+			desc:     "bolt " + db.Path(),
 		}, nil
 	}
 	cli, err := etcd.NewClient(cfg.HA.Etcd)
@@ -80,6 +85,13 @@ func openBackend(cfg *config.Config, clk clock.Clock, log *slog.Logger) (*backen
 		jobs: []job{{"audit retention", func(ctx context.Context) error {
 			return pruneAudit(ctx, st, clk, retention, log)
 		}}},
+		outbound: func(conns []chat.Connector) []chat.Connector {
+			out := make([]chat.Connector, len(conns))
+			for i, c := range conns {
+				out[i] = claimFirst(c, st)
+			}
+			return out
+		},
 		close: func() {
 			_ = st.Close()
 			_ = cli.Close()
@@ -136,4 +148,64 @@ func pruneAudit(ctx context.Context, s store.Store, clk clock.Clock, retention t
 		case <-t.C:
 		}
 	}
+}
+
+// claimed is a connector whose sends each begin with a claim: an empty
+// Update of the fenced etcd store, which fails once this instance no longer
+// leads. A deposed leader (paused, partitioned) thus posts nothing after
+// etcd ended its term; at most a send already past its claim may land. The
+// failed claim is an ordinary delivery failure: the effect stays in the
+// outbox for the new leader.
+type claimed struct {
+	chat.Connector
+	store store.Store
+}
+
+// claimedDM is claimed for a connector that can also message users directly.
+type claimedDM struct {
+	claimed
+	dm chat.DirectMessenger
+}
+
+func claimFirst(c chat.Connector, s store.Store) chat.Connector {
+	cl := claimed{Connector: c, store: s}
+	if dm, ok := c.(chat.DirectMessenger); ok {
+		return &claimedDM{claimed: cl, dm: dm}
+	}
+	return &cl
+}
+
+func (c *claimed) claim(ctx context.Context) error {
+	if err := c.store.Update(ctx, func(store.Tx) error { return nil }); err != nil {
+		return fmt.Errorf("%s: claim before sending: %w", c.Surface(), err)
+	}
+	return nil
+}
+
+func (c *claimed) StartThread(ctx context.Context, channel string, m chat.Message) (chat.ThreadRef, chat.MessageRef, error) {
+	if err := c.claim(ctx); err != nil {
+		return chat.ThreadRef{}, chat.MessageRef{}, err
+	}
+	return c.Connector.StartThread(ctx, channel, m)
+}
+
+func (c *claimed) Reply(ctx context.Context, t chat.ThreadRef, m chat.Message) (chat.MessageRef, error) {
+	if err := c.claim(ctx); err != nil {
+		return chat.MessageRef{}, err
+	}
+	return c.Connector.Reply(ctx, t, m)
+}
+
+func (c *claimed) Update(ctx context.Context, ref chat.MessageRef, m chat.Message) error {
+	if err := c.claim(ctx); err != nil {
+		return err
+	}
+	return c.Connector.Update(ctx, ref, m)
+}
+
+func (c *claimedDM) Direct(ctx context.Context, user string, m chat.Message) (chat.MessageRef, error) {
+	if err := c.claim(ctx); err != nil {
+		return chat.MessageRef{}, err
+	}
+	return c.dm.Direct(ctx, user, m)
 }
