@@ -154,6 +154,8 @@ func fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", mbe.Limit))
 	case errors.Is(err, context.Canceled):
 		writeError(w, http.StatusServiceUnavailable, err.Error())
+	case errors.Is(err, store.ErrFenced): // HA: a follower; ask the leader (the one /readyz calls ready)
+		writeError(w, http.StatusServiceUnavailable, "not the leader: "+err.Error())
 	default:
 		writeError(w, http.StatusUnprocessableEntity, err.Error())
 	}

@@ -19,9 +19,9 @@ import (
 	"github.com/roombridge/roombridge/store/etcd"
 )
 
-// pruneEvery is how often the leader prunes audit records past retention:
-// retention is counted in days, so hourly keeps the keyspace bounded without
-// a noticeable load.
+// pruneEvery is how often the leader deletes what is past retention (expired
+// dedupe keys, old audit records): retention is counted in hours and days,
+// so hourly keeps the store bounded without a noticeable load.
 const pruneEvery = time.Hour
 
 // backend is where a bridge keeps its state and how it decides to do the
@@ -33,7 +33,7 @@ type backend struct {
 	lead func(ctx context.Context, work func(context.Context) error) error
 	// ready answers /readyz (nil: always ready).
 	ready func() bool
-	// jobs are leader jobs of the backend itself (audit retention).
+	// jobs are leader jobs of the backend itself (retention).
 	jobs []job
 	// outbound wraps the connectors the outbox sends through (HA: each
 	// send is preceded by a fenced claim).
@@ -52,8 +52,11 @@ func openBackend(cfg *config.Config, clk clock.Clock, log *slog.Logger) (*backen
 			return nil, err
 		}
 		return &backend{
-			store:    db,
-			lead:     func(ctx context.Context, work func(context.Context) error) error { return work(ctx) },
+			store: db,
+			lead:  func(ctx context.Context, work func(context.Context) error) error { return work(ctx) },
+			jobs: []job{{"retention", func(ctx context.Context) error {
+				return retention(ctx, db, clk, 0, log)
+			}}},
 			outbound: func(c []chat.Connector) []chat.Connector { return c },
 			close:    func() { _ = db.Close() },
 			desc:     "bolt " + db.Path(),
@@ -77,13 +80,13 @@ func openBackend(cfg *config.Config, clk clock.Clock, log *slog.Logger) (*backen
 		_ = cli.Close()
 		return nil, err
 	}
-	retention := cfg.HA.AuditRetention
+	auditFor := cfg.HA.AuditRetention
 	return &backend{
 		store: st,
 		lead:  l.Run,
 		ready: l.Leading,
-		jobs: []job{{"audit retention", func(ctx context.Context) error {
-			return pruneAudit(ctx, st, clk, retention, log)
+		jobs: []job{{"retention", func(ctx context.Context) error {
+			return retention(ctx, st, clk, auditFor, log)
 		}}},
 		outbound: func(conns []chat.Connector) []chat.Connector {
 			out := make([]chat.Connector, len(conns))
@@ -128,24 +131,56 @@ func runJobs(ctx context.Context, jobs []job) error {
 	return first
 }
 
-// pruneAudit deletes audit records older than retention now and then every
-// pruneEvery, until ctx ends. A failed round is logged and retried next
-// round: retention is not urgent.
-func pruneAudit(ctx context.Context, s store.Store, clk clock.Clock, retention time.Duration, log *slog.Logger) error {
+// purgeBatch is how many expired dedupe keys one transaction deletes (two
+// deletes each, under etcd's 128 operations per transaction).
+const purgeBatch = 50
+
+// retention keeps the store bounded, now and then every pruneEvery until ctx
+// ends: it deletes expired inbound-event dedupe keys and, when auditFor > 0,
+// audit records older than auditFor. A failed round is logged and retried
+// next round: retention is not urgent.
+func retention(ctx context.Context, s store.Store, clk clock.Clock, auditFor time.Duration, log *slog.Logger) error {
 	t := time.NewTicker(pruneEvery)
 	defer t.Stop()
 	for {
-		n, err := audit.Prune(ctx, s, clk.Now().Add(-retention))
-		switch {
-		case err != nil && ctx.Err() == nil:
-			log.WarnContext(ctx, "audit retention: prune failed", "error", err)
-		case n > 0:
-			log.InfoContext(ctx, "audit retention: pruned", "records", n, "retention", retention)
+		if n, err := purgeDedupe(ctx, s, clk.Now()); err != nil && ctx.Err() == nil {
+			log.WarnContext(ctx, "retention: purging dedupe keys failed", "error", err)
+		} else if n > 0 {
+			log.InfoContext(ctx, "retention: purged expired dedupe keys", "keys", n)
+		}
+		if auditFor > 0 {
+			n, err := audit.Prune(ctx, s, clk.Now().Add(-auditFor))
+			if err != nil && ctx.Err() == nil {
+				log.WarnContext(ctx, "retention: pruning audit records failed", "error", err)
+			} else if n > 0 {
+				log.InfoContext(ctx, "retention: pruned audit records", "records", n, "retention", auditFor)
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		}
+	}
+}
+
+// purgeDedupe deletes the dedupe keys expired by now, purgeBatch per
+// transaction.
+func purgeDedupe(ctx context.Context, s store.Store, now time.Time) (int, error) {
+	total := 0
+	for {
+		var n int
+		err := s.Update(ctx, func(tx store.Tx) error {
+			var err error
+			n, err = store.PurgeDedupe(tx, now, purgeBatch)
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if n < purgeBatch {
+			return total, nil
 		}
 	}
 }

@@ -184,6 +184,14 @@ func TestHAFailover(t *testing.T) {
 	agentLog := filepath.Join(t.TempDir(), "agents.log")
 	bs := startHA(t, srv, 3, agentLog)
 	leader := waitLeader(t, bs, 20*time.Second)
+	for _, b := range bs {
+		if b != leader {
+			code := call(t, http.MethodPost, b.base+"/v1/requests", b.token, map[string]string{"room": "main", "text": "echo hi"}, nil)
+			if code != http.StatusServiceUnavailable {
+				t.Errorf("create on a follower: HTTP %d, want 503 (the fence refuses followers' writes)", code)
+			}
+		}
+	}
 
 	r := leader.create("say started; tool work 2s; echo finished")
 	id := r.ID
