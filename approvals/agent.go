@@ -2,7 +2,6 @@ package approvals
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -101,13 +100,13 @@ func (s *Service) Open(ctx context.Context, ask ActionAsk) (*Approval, error) {
 			return fmt.Errorf("%s is %s, not running", r.ID, r.State)
 		}
 		p := requestPrefix(id)
-		if err := tx.Scan(bucketApprovals, p, store.PrefixEnd(p), func(k string, v []byte) error {
-			var a Approval
-			if err := json.Unmarshal(v, &a); err != nil {
-				return fmt.Errorf("decode %s: %w", k, err)
+		if err := tx.Scan(bucketOpen, p, store.PrefixEnd(p), func(k string, _ []byte) error {
+			a, err := getKeyTx(tx, k, k)
+			if err != nil {
+				return err
 			}
 			if a.Kind == KindAction && a.State == Pending && a.Action == action && (ask.Asker == "" || a.Asker == ask.Asker) {
-				out = &a
+				out = a
 				return store.ErrStop
 			}
 			return nil
@@ -143,7 +142,7 @@ func (s *Service) Open(ctx context.Context, ask ActionAsk) (*Approval, error) {
 // Wait blocks until approval id is settled and returns the decision, or
 // returns ctx's error when ctx ends first (the approval stays pending).
 func (s *Service) Wait(ctx context.Context, id string) (Decision, error) {
-	wake, unsub := s.store.Subscribe(TopicApproval(id))
+	wake, unsub := s.store.Subscribe(TopicApprovals)
 	defer unsub()
 	for {
 		a, err := s.Get(ctx, id)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/audit"
+	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/requests"
@@ -31,16 +32,19 @@ const (
 	// bucketInbox indexes pending approvals by room, oldest first:
 	// <escaped room>/<created unix ms>/<approval key>.
 	bucketInbox = "approvals_inbox"
+	// bucketOpen indexes pending approvals by request (<approval key>), so
+	// that a request's end finds its open approvals without decoding the
+	// settled ones.
+	bucketOpen = "approvals_open"
 
 	// TimerKind is the kind of the approvals' entries in the expiry index.
 	TimerKind = "approval"
 
 	// TopicApprovals is notified whenever an approval is created or settled.
+	// (One topic for all: a topic per approval would make a transaction that
+	// touches many approvals notify many topics.)
 	TopicApprovals = "approvals"
 )
-
-// TopicApproval is notified when approval id is settled.
-func TopicApproval(id string) string { return "approval:" + id }
 
 // ActorTTL is how expiries appear in the audit log.
 const ActorTTL = "system:ttl"
@@ -134,7 +138,13 @@ func (r ref) String() string {
 }
 
 // key is the approval's store key: its request's approvals are one range.
-func (r ref) key() string { return fmt.Sprintf("%s/%04d", r.req.Key(), r.n) }
+func (r ref) key() string {
+	n := strconv.Itoa(r.n)
+	if len(n) < 4 {
+		n = "0000"[len(n):] + n
+	}
+	return r.req.Key() + "/" + n
+}
 
 func requestPrefix(id requests.ID) string { return id.Key() + "/" }
 
@@ -296,38 +306,51 @@ func (a *Approval) inboxRooms() []string {
 	return []string{a.Room}
 }
 
-func inboxKey(room string, a *Approval) string {
-	return fmt.Sprintf("%s/%013d/%s", url.PathEscape(room), a.Created.UnixMilli(), a.ref().key())
+func inboxKey(room string, a *Approval, key string) string {
+	return fmt.Sprintf("%s/%013d/%s", url.PathEscape(room), a.Created.UnixMilli(), key)
 }
 
-// putTx writes a, keeping the expiry and inbox indexes in step with its
-// state, and wakes its waiters.
-func putTx(tx store.Tx, before, a *Approval) error {
+// putTx writes a (encoded: its JSON, or nil to encode it here), keeping the
+// expiry, inbox and open indexes in step with its state, and wakes its
+// waiters.
+func putTx(tx store.Tx, before, a *Approval, encoded []byte) error {
+	key := a.ref().key()
 	if before != nil && before.State == Pending && a.State != Pending {
-		if err := store.RemoveTimer(tx, TimerKind, before.ExpiresAt, before.ref().key()); err != nil {
+		if err := store.RemoveTimer(tx, TimerKind, before.ExpiresAt, key); err != nil {
 			return err
 		}
 		for _, room := range before.inboxRooms() {
-			if err := tx.Delete(bucketInbox, inboxKey(room, before)); err != nil {
+			if err := tx.Delete(bucketInbox, inboxKey(room, before, key)); err != nil {
 				return err
 			}
+		}
+		if err := tx.Delete(bucketOpen, key); err != nil {
+			return err
 		}
 	}
 	if before == nil && a.State == Pending {
-		if err := store.AddTimer(tx, TimerKind, a.ExpiresAt, a.ref().key()); err != nil {
+		if err := store.AddTimer(tx, TimerKind, a.ExpiresAt, key); err != nil {
 			return err
 		}
 		for _, room := range a.inboxRooms() {
-			if err := tx.Put(bucketInbox, inboxKey(room, a), nil); err != nil {
+			if err := tx.Put(bucketInbox, inboxKey(room, a, key), nil); err != nil {
 				return err
 			}
 		}
+		if err := tx.Put(bucketOpen, key, nil); err != nil {
+			return err
+		}
 	}
-	if err := store.PutJSON(tx, bucketApprovals, a.ref().key(), a); err != nil {
+	var err error
+	if encoded == nil {
+		err = store.PutJSON(tx, bucketApprovals, key, a)
+	} else {
+		err = tx.Put(bucketApprovals, key, encoded)
+	}
+	if err != nil {
 		return fmt.Errorf("approvals: write %s: %w", a.ID, err)
 	}
 	tx.Notify(TopicApprovals)
-	tx.Notify(TopicApproval(a.ID))
 	return nil
 }
 
@@ -377,7 +400,7 @@ func (s *Service) createTx(tx store.Tx, r *requests.Request, n int, kind Kind, a
 	if err := s.postCardsTx(tx, a, r, root); err != nil {
 		return nil, err
 	}
-	if err := putTx(tx, nil, a); err != nil {
+	if err := putTx(tx, nil, a, nil); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -442,9 +465,8 @@ func (s *Service) postCardsTx(tx store.Tx, a *Approval, r, root *requests.Reques
 	return nil
 }
 
-// updateCardsTx puts the current card in place of every posted copy.
-func updateCardsTx(tx store.Tx, a *Approval) error {
-	m := Card(a)
+// updateCardsTx puts card m in place of every posted copy of a's card.
+func updateCardsTx(tx store.Tx, a *Approval, m chat.Message) error {
 	for _, c := range a.Copies {
 		if err := threads.Enqueue(tx, threads.Effect{Op: threads.OpUpdate, Request: c.Request,
 			Surface: c.Surface, Ref: c.Ref, Message: m}); err != nil {
@@ -454,39 +476,66 @@ func updateCardsTx(tx store.Tx, a *Approval) error {
 	return nil
 }
 
-// settleTx moves a pending approval to its final state, with its cards.
-func settleTx(tx store.Tx, a *Approval, to State, by, surface, reason string, now time.Time) (*Approval, error) {
+// settlement is a pending approval's move to a final state. It is a pure
+// function of the approval and the move, so the sweeper prepares it outside
+// the write transaction (off the store's single writer).
+type settlement struct {
+	before, after *Approval
+	encoded       []byte       // after, as stored
+	card          chat.Message // after's card
+}
+
+func settle(a *Approval, to State, by, surface, reason string, now time.Time) (*settlement, error) {
 	after := *a
 	after.State, after.DecidedBy, after.Surface, after.DecidedAt, after.Reason = to, by, surface, now, reason
 	after.Version++
-	if err := putTx(tx, a, &after); err != nil {
-		return nil, err
+	enc, err := json.Marshal(&after)
+	if err != nil {
+		return nil, fmt.Errorf("approvals: encode %s: %w", a.ID, err)
 	}
-	if err := updateCardsTx(tx, &after); err != nil {
-		return nil, err
-	}
-	return &after, nil
+	return &settlement{before: a, after: &after, encoded: enc, card: Card(&after)}, nil
 }
 
-// withdrawTx withdraws the pending approvals of request r.
-func (s *Service) withdrawTx(tx store.Tx, r *requests.Request, why string) error {
-	var pending []*Approval
-	p := requestPrefix(r.ID)
-	err := tx.Scan(bucketApprovals, p, store.PrefixEnd(p), func(k string, v []byte) error {
-		var a Approval
-		if err := json.Unmarshal(v, &a); err != nil {
-			return fmt.Errorf("decode %s: %w", k, err)
-		}
-		if a.State == Pending {
-			pending = append(pending, &a)
-		}
-		return nil
-	})
+// applyTx writes the settlement, with every copy of the card updated.
+func (st *settlement) applyTx(tx store.Tx) (*Approval, error) {
+	if err := putTx(tx, st.before, st.after, st.encoded); err != nil {
+		return nil, err
+	}
+	if err := updateCardsTx(tx, st.after, st.card); err != nil {
+		return nil, err
+	}
+	return st.after, nil
+}
+
+// settleTx moves a pending approval to its final state, with its cards.
+func settleTx(tx store.Tx, a *Approval, to State, by, surface, reason string, now time.Time) (*Approval, error) {
+	st, err := settle(a, to, by, surface, reason, now)
 	if err != nil {
+		return nil, err
+	}
+	return st.applyTx(tx)
+}
+
+// withdrawTx withdraws the pending approvals of request r, found through
+// the open index (usually empty: nothing is decoded).
+func (s *Service) withdrawTx(tx store.Tx, r *requests.Request, why string) error {
+	var keys []string
+	p := requestPrefix(r.ID)
+	if err := tx.Scan(bucketOpen, p, store.PrefixEnd(p), func(k string, _ []byte) error {
+		keys = append(keys, k)
+		return nil
+	}); err != nil {
 		return fmt.Errorf("approvals: withdraw for %s: %w", r.ID, err)
 	}
 	now := s.now()
-	for _, a := range pending {
+	for _, k := range keys {
+		a, err := getKeyTx(tx, k, k)
+		if err != nil {
+			return err
+		}
+		if a.State != Pending {
+			continue
+		}
 		if _, err := settleTx(tx, a, Withdrawn, actorApprovals, "", why, now); err != nil {
 			return err
 		}

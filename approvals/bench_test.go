@@ -1,0 +1,176 @@
+package approvals_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/roombridge/roombridge/approvals"
+	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/clock"
+	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/store"
+	"github.com/roombridge/roombridge/store/bolt"
+	"github.com/roombridge/roombridge/threads"
+	"github.com/roombridge/roombridge/ttl"
+)
+
+// fixtureBatch is how many requests one Update of the fixture creates.
+const fixtureBatch = 10_000
+
+// benchFixture is a bolt store holding `pending` pending approvals (with
+// their pending requests) that are not due, created through the real
+// CreateTx path in big batched Updates. Cards are not posted for them (as if
+// delivered long ago); the due approvals each iteration adds have cards.
+type benchFixture struct {
+	db    *bolt.DB
+	clk   *clock.Fake
+	cards *requests.Service // creates requests whose approvals post cards
+	appr  *approvals.Service
+	sweep *ttl.Sweeper
+	batch int // due batches made so far
+}
+
+var benchFixtures = map[int]*benchFixture{}
+
+// benchStart is where the fixture's clock starts; due batches are created
+// before it, the not-due approvals after it, and sweeps run at sweepAt.
+var (
+	benchStart = time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	sweepAt    = benchStart.Add(23 * time.Hour)
+)
+
+func benchRooms() []config.Room {
+	return []config.Room{{Name: "backend", SlackChannel: "C1", Agents: []string{"coder"}, Approvers: []string{"slack:UAPPROVER"}}}
+}
+
+func fixture(b *testing.B, pending int) *benchFixture {
+	if f := benchFixtures[pending]; f != nil {
+		return f
+	}
+	b.Helper()
+	dir, err := os.MkdirTemp("", "approvals-bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	db, err := bolt.Open(filepath.Join(dir, "bridge.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	clk := clock.NewFake(benchStart)
+	rs := benchRooms()
+	ttlDur := 24 * time.Hour
+
+	// Not-due approvals: no surfaces, so no cards queued.
+	plain := requests.NewService(db, clk, "acme", nil)
+	plainAppr := approvals.New(approvals.Options{Requests: plain, Rooms: rs, TTL: ttlDur})
+	plain.Observe(plainAppr.Observe)
+
+	// Due approvals, and the sweeps: with the thread and the approver's DM.
+	cards := requests.NewService(db, clk, "acme", nil)
+	th := threads.New(rs, chat.Slack)
+	cards.Observe(th.Observe)
+	appr := approvals.New(approvals.Options{Requests: cards, Rooms: rs, TTL: ttlDur, Threads: th, Surfaces: []string{chat.Slack}})
+	cards.Observe(appr.Observe)
+	sw, err := ttl.New(ttl.Options{Clock: clk, Parallel: 1024}, appr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	createMany(b, db, plain, clk, benchStart, pending)
+	info, _ := os.Stat(db.Path())
+	b.Logf("fixture: %d pending approvals in %v, bolt file %d MiB", pending, time.Since(start).Round(time.Millisecond), info.Size()>>20)
+	f := &benchFixture{db: db, clk: clk, cards: cards, appr: appr, sweep: sw}
+	benchFixtures[pending] = f
+	return f
+}
+
+// createMany creates n pending requests (and so n approvals), 1 ms apart from
+// from, in Updates of fixtureBatch.
+func createMany(b *testing.B, db store.Store, svc *requests.Service, clk *clock.Fake, from time.Time, n int) {
+	ctx := context.Background()
+	for done := 0; done < n; done += fixtureBatch {
+		k := min(fixtureBatch, n-done)
+		err := db.Update(ctx, func(tx store.Tx) error {
+			for i := 0; i < k; i++ {
+				clk.Set(from.Add(time.Duration(done+i) * time.Millisecond))
+				if _, err := svc.CreateTx(tx, requests.Ask{Agent: "coder", Room: "backend", Surface: chat.Slack,
+					User: "slack:U" + strconv.Itoa(done+i), Text: "please deploy build " + strconv.Itoa(done+i)}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// addDue creates n more approvals, with cards, already due at sweepAt.
+func (f *benchFixture) addDue(b *testing.B, n int) {
+	if n == 0 {
+		return
+	}
+	from := benchStart.Add(-2*time.Hour + time.Duration(f.batch)*time.Minute)
+	if from.Add(time.Duration(n) * time.Millisecond).After(sweepAt.Add(-24 * time.Hour)) {
+		b.Fatal("benchmark ran out of room for due batches: use a smaller -benchtime")
+	}
+	f.batch++
+	createMany(b, f.db, f.cards, f.clk, from, n)
+}
+
+// BenchmarkSweep measures one sweep over `pending` not-due approvals while
+// `due` are due: each iteration adds `due` due approvals (untimed), then
+// sweeps once (timed). Run with -benchtime=3x or so: the 1,000,000 fixture
+// takes a while to build (it is built once per size).
+func BenchmarkSweep(b *testing.B) {
+	for _, c := range []struct{ pending, due int }{
+		{10_000, 0}, {10_000, 1_000}, {10_000, 10_000},
+		{100_000, 0}, {100_000, 1_000}, {100_000, 10_000},
+		{1_000_000, 0}, {1_000_000, 100}, {1_000_000, 1_000}, {1_000_000, 10_000}, {1_000_000, 30_000},
+	} {
+		b.Run(fmt.Sprintf("pending=%d/due=%d", c.pending, c.due), func(b *testing.B) {
+			f := fixture(b, c.pending)
+			ctx := context.Background()
+			var expired int
+			var prof *os.File
+			if p := os.Getenv("SWEEP_PROFILE"); p != "" {
+				prof, _ = os.Create(p)
+				defer prof.Close()
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				f.addDue(b, c.due)
+				f.clk.Set(sweepAt)
+				runtime.GC() // the setup's garbage is not the sweep's
+				if prof != nil {
+					_ = pprof.StartCPUProfile(prof)
+				}
+				b.StartTimer()
+				res, err := f.sweep.SweepOnce(ctx)
+				b.StopTimer()
+				if prof != nil {
+					pprof.StopCPUProfile()
+				}
+				b.StartTimer()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if res.Expired != c.due || res.Failed != 0 {
+					b.Fatalf("sweep %+v, want %d expired", res, c.due)
+				}
+				expired += res.Expired
+			}
+			b.ReportMetric(float64(expired)/b.Elapsed().Seconds(), "expiries/s")
+		})
+	}
+}
