@@ -102,7 +102,7 @@ func mrkdwnObject(text string) *slackgo.TextBlockObject {
 }
 
 // userRef matches a Slack user written the bridge's way (slack:U123).
-var userRef = regexp.MustCompile(`\bslack:([UW][A-Z0-9]{2,})\b`)
+var userRef = regexp.MustCompile(`\bslack:([UW][A-Z0-9]+)\b`)
 
 // Mrkdwn makes platform-neutral text safe as Slack mrkdwn of at most limit
 // characters: &, < and > are escaped (so no text can ping @channel or fake a

@@ -61,6 +61,9 @@ func (c *Connector) onSocketEvent(ctx context.Context, smc *socketmode.Client, h
 		c.log.InfoContext(ctx, "socket mode connected")
 		return
 	case socketmode.EventTypeConnectionError:
+		if ctx.Err() != nil {
+			return
+		}
 		c.log.WarnContext(ctx, "socket mode connection failed; retrying", "error", errorOf(evt.Data))
 		return
 	case socketmode.EventTypeInvalidAuth:

@@ -1,0 +1,427 @@
+package slack_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	slackgo "github.com/slack-go/slack"
+
+	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/approvals"
+	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/clock"
+	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/connectors/slack"
+	"github.com/roombridge/roombridge/connectors/slack/slacktest"
+	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/rooms"
+	"github.com/roombridge/roombridge/store"
+	"github.com/roombridge/roombridge/store/bolt"
+	"github.com/roombridge/roombridge/threads"
+)
+
+// bridgeBin is the bridge binary, built once; its demo-agent subcommand is
+// the agent of these tests.
+var bridgeBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "slack-bridge-bin")
+	if err != nil {
+		panic(err)
+	}
+	bridgeBin = filepath.Join(dir, "bridge")
+	out, err := exec.Command("go", "build", "-o", bridgeBin, "github.com/roombridge/roombridge/cmd/bridge").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building bridge: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// Identities of the tests.
+const (
+	channel = "C0123"
+	owner   = "UOWNER"
+	member  = "U1"
+	secret  = "slacktest-signing-secret"
+	waitFor = 60 * time.Second
+)
+
+// setup describes a harness.
+type setup struct {
+	mode     string
+	agents   []string
+	fake     []slacktest.Option
+	conn     func(*slack.Options)
+	wrapHTTP func(http.RoundTripper) http.RoundTripper
+}
+
+// Fast pacing for tests that post a lot: the fake allows one post per
+// channel every fakePost, the connector spaces posts postSpacing apart
+// (more, so the fake never answers 429).
+const (
+	fakePost    = 10 * time.Millisecond
+	postSpacing = 15 * time.Millisecond
+)
+
+// fast makes s post at the fast pacing.
+func fast(s setup) setup {
+	s.fake = append(s.fake, slacktest.PostMessageLimit(fakePost, 1), slacktest.UpdateLimit(5*time.Millisecond, 50))
+	conn := s.conn
+	s.conn = func(o *slack.Options) {
+		o.PostSpacing, o.UpdateEvery, o.UpdateBurst = postSpacing, 6*time.Millisecond, 40
+		if conn != nil {
+			conn(o)
+		}
+	}
+	return s
+}
+
+// harness is the real core (bolt store, requests service, threads and
+// outbox, rooms router, scheduler running the demo agent) in this process,
+// wired like cmd/bridge's daemon, with the Slack connector talking to a fake
+// Slack.
+type harness struct {
+	t     testing.TB
+	s     setup
+	fake  *slacktest.Server
+	dir   string
+	log   *slog.Logger
+	logs  *syncBuffer
+	rooms []config.Room
+
+	// of the running instance
+	db     *bolt.DB
+	svc    *requests.Service
+	conn   *slack.Connector
+	web    *httptest.Server
+	stop   func()
+	events atomic.Int64
+}
+
+func newHarness(t testing.TB, s setup) *harness {
+	t.Helper()
+	if len(s.agents) == 0 {
+		s.agents = []string{"coder"}
+	}
+	h := &harness{t: t, s: s, dir: t.TempDir(), logs: &syncBuffer{}}
+	h.log = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	h.fake = slacktest.NewServer(s.fake...)
+	h.rooms = []config.Room{{Name: "backend", SlackChannel: channel, Agents: s.agents,
+		Approvers: []string{"slack:" + owner}}}
+	t.Cleanup(func() {
+		if h.stop != nil {
+			h.stop()
+		}
+		h.fake.Close()
+		if t.Failed() {
+			t.Logf("logs:\n%s", h.logs.String())
+		}
+	})
+	h.start()
+	return h
+}
+
+// start runs an instance of the bridge on the harness's bolt file.
+func (h *harness) start() {
+	t := h.t
+	t.Helper()
+	db, err := bolt.Open(filepath.Join(h.dir, "bridge.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.Real{}
+	svc := requests.NewService(db, clk, "acme", []string{"slack:" + owner})
+	th := threads.New(h.rooms, chat.Slack)
+	svc.Observe(th.Observe)
+	appr := approvals.New(approvals.Options{Requests: svc, Rooms: h.rooms, Threads: th,
+		Surfaces: []string{chat.Slack}, Log: h.log})
+	svc.Observe(appr.Observe)
+	router := rooms.New(svc, appr, h.rooms, h.log)
+	opts := slack.Options{Mode: h.s.mode, BotToken: slacktest.DefaultBotToken, AppToken: slacktest.DefaultAppToken,
+		SigningSecret: secret, APIURL: h.fake.APIURL(), Log: h.log, PingInterval: time.Hour}
+	if h.s.wrapHTTP != nil {
+		opts.HTTPClient = &http.Client{Transport: h.s.wrapHTTP(http.DefaultTransport)}
+	}
+	if h.s.conn != nil {
+		h.s.conn(&opts)
+	}
+	conn, err := slack.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ags []agents.Agent
+	for _, name := range h.s.agents {
+		ags = append(ags, agents.Agent{Name: name, Runtime: &agents.Exec{
+			Command: []string{bridgeBin, "demo-agent"}, Workdir: h.dir}})
+	}
+	sched := agents.NewScheduler(svc, th, h.log, ags...)
+	deliver := threads.NewDeliverer(db, clk, h.log, conn)
+	var web *httptest.Server
+	if routes := conn.Routes(router); routes != nil {
+		mux := http.NewServeMux()
+		for pattern, hd := range routes {
+			mux.Handle(pattern, hd)
+		}
+		web = httptest.NewServer(mux)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, run := range []func(context.Context) error{sched.Run, deliver.Run,
+		func(ctx context.Context) error { return conn.Run(ctx, router) }} {
+		wg.Go(func() {
+			if err := run(ctx); err != nil && ctx.Err() == nil {
+				t.Errorf("run: %v", err)
+			}
+		})
+	}
+	h.db, h.svc, h.conn, h.web = db, svc, conn, web
+	var once sync.Once
+	h.stop = func() {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+			if web != nil {
+				web.Close()
+			}
+			_ = db.Close()
+		})
+	}
+	if h.s.mode == slack.ModeSocket {
+		h.waitFake("a socket mode connection", func(s *slacktest.Server) bool { return s.Connections() > 0 })
+	}
+}
+
+// restart stops the instance and starts a new one on the same store.
+func (h *harness) restart() {
+	h.stop()
+	h.start()
+}
+
+// ctx is a context with the tests' deadline.
+func (h *harness) ctx() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	h.t.Cleanup(cancel)
+	return ctx
+}
+
+func (h *harness) waitFake(what string, cond func(*slacktest.Server) bool) {
+	h.t.Helper()
+	if err := h.fake.WaitFor(h.ctx(), cond); err != nil {
+		h.t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// waitStore waits until cond holds, re-checking on every request change and
+// outbox change (cond reads the store in transactions of its own).
+func (h *harness) waitStore(what string, cond func() bool) {
+	h.t.Helper()
+	wake, cancel := h.db.Subscribe(requests.TopicRequests)
+	defer cancel()
+	wakeOut, cancelOut := h.db.Subscribe(store.TopicOutbox)
+	defer cancelOut()
+	ctx := h.ctx()
+	tick := time.NewTicker(50 * time.Millisecond) // acks of effects do not notify
+	defer tick.Stop()
+	for {
+		if cond() {
+			return
+		}
+		select {
+		case <-wake:
+		case <-wakeOut:
+		case <-tick.C:
+		case <-ctx.Done():
+			h.t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		}
+	}
+}
+
+// outboxEmpty reports whether every effect was delivered.
+func (h *harness) outboxEmpty() bool {
+	var n int
+	err := h.db.View(h.ctx(), func(tx store.Tx) error {
+		e, err := store.PendingEffects(tx, 1)
+		n = len(e)
+		return err
+	})
+	return err == nil && n == 0
+}
+
+// requestsList returns every request.
+func (h *harness) requests() []*requests.Request {
+	h.t.Helper()
+	rs, err := h.svc.List(h.ctx(), requests.Filter{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return rs
+}
+
+// mention posts "<@bot> text" by user as a top-level message and delivers
+// its app_mention event; it returns the event's body.
+func (h *harness) mention(user, text string) []byte {
+	h.t.Helper()
+	raw := "<@" + slacktest.BotUserID + "> " + text
+	ts, err := h.fake.AddUserMessage(channel, user, raw, "")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	body := slacktest.AppMentionEvent(h.eventID(), channel, user, raw, ts, "")
+	h.deliver(body)
+	return body
+}
+
+func (h *harness) eventID() string { return fmt.Sprintf("Ev%06d", h.events.Add(1)) }
+
+// deliver sends an Events API payload the way the mode receives it and
+// checks that it was acknowledged.
+func (h *harness) deliver(body []byte) {
+	h.t.Helper()
+	if h.s.mode == slack.ModeEvents {
+		if resp := h.post("/slack/events", body, "application/json", time.Now(), 0); resp.StatusCode != http.StatusOK {
+			h.t.Fatalf("POST /slack/events: %d", resp.StatusCode)
+		}
+		return
+	}
+	id, err := h.fake.PushEventsAPI(h.ctx(), body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := h.fake.WaitAck(h.ctx(), id); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// click delivers a block_actions payload the way the mode receives it.
+func (h *harness) click(payload []byte) {
+	h.t.Helper()
+	if h.s.mode == slack.ModeEvents {
+		form := slacktest.InteractivityForm(payload).Encode()
+		if resp := h.post("/slack/interactivity", []byte(form), "application/x-www-form-urlencoded", time.Now(), 0); resp.StatusCode != http.StatusOK {
+			h.t.Fatalf("POST /slack/interactivity: %d", resp.StatusCode)
+		}
+		return
+	}
+	id, err := h.fake.PushInteractive(h.ctx(), payload)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := h.fake.WaitAck(h.ctx(), id); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// post sends a webhook signed at ts (retry > 0 adds X-Slack-Retry-Num).
+func (h *harness) post(path string, body []byte, contentType string, ts time.Time, retry int) *http.Response {
+	h.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, h.web.URL+path, bytes.NewReader(body))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", contentType)
+	slacktest.SignRequest(req, body, secret, ts)
+	if retry > 0 {
+		req.Header.Set("X-Slack-Retry-Num", strconv.Itoa(retry))
+		req.Header.Set("X-Slack-Retry-Reason", "http_timeout")
+	}
+	return h.do(req)
+}
+
+func (h *harness) do(req *http.Request) *http.Response {
+	h.t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp
+}
+
+// parents returns the bot's top-level messages that title request id.
+func (h *harness) parents(id string) []slacktest.Message {
+	var out []slacktest.Message
+	for _, m := range h.fake.Messages() {
+		if m.Channel == channel && m.ThreadTS == "" && m.User == slacktest.BotUserID && strings.HasPrefix(m.Text, id+" ") {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// replies returns the texts of the replies in the thread of parent ts.
+func (h *harness) replies(ts string) []string {
+	var out []string
+	for _, m := range h.fake.Thread(channel, ts) {
+		if m.TS != ts {
+			out = append(out, m.Text)
+		}
+	}
+	return out
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// blockTexts is every text of a message's blocks, one per line.
+func blockTexts(t *testing.T, raw []byte) string {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatalf("blocks %s: %v", raw, err)
+	}
+	var texts []string
+	var walk func(any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if s, ok := x["text"].(string); ok {
+				texts = append(texts, s)
+			}
+			for _, e := range x {
+				walk(e)
+			}
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	walk(v)
+	return strings.Join(texts, "\n")
+}
+
+type slackBlock = slackgo.Block
