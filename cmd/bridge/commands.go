@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/roombridge/roombridge/agents/demo"
 	"github.com/roombridge/roombridge/config"
@@ -39,6 +41,10 @@ func run(ctx context.Context, args []string) error {
 	case "run":
 		return runCmd(ctx, rest)
 	case "demo-agent":
+		// An agent process, not the daemon: SIGINT and SIGTERM stop it like
+		// any program (main's NotifyContext would otherwise swallow them and
+		// the bridge's stop escalation would take until SIGKILL).
+		signal.Reset(syscall.SIGINT, syscall.SIGTERM)
 		if code := demo.Main(os.Stdin, os.Stdout); code != 0 {
 			os.Exit(code)
 		}

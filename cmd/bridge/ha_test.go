@@ -321,15 +321,51 @@ func TestHAPausedLeader(t *testing.T) {
 	}
 }
 
-// TestHAEtcdOutage: etcd stops; the leader stops its leader work (no bridge
-// is ready) while the bridges keep serving health; etcd starts again; a
-// bridge leads again and runs new requests, without any bridge restarting.
+// agentOf returns the PID of the demo agent process that bridge pid runs.
+func agentOf(t *testing.T, pid int) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		dirs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, d := range dirs {
+			stat, err := os.ReadFile(d + "/stat")
+			if err != nil {
+				continue
+			}
+			// pid (comm) state ppid ...: comm may hold spaces, so parse after ')'.
+			var state string
+			var ppid int
+			if i := strings.LastIndexByte(string(stat), ')'); i < 0 {
+				continue
+			} else if _, err := fmt.Sscan(string(stat[i+1:]), &state, &ppid); err != nil || ppid != pid {
+				continue
+			}
+			cmdline, _ := os.ReadFile(d + "/cmdline")
+			if strings.Contains(string(cmdline), "demo-agent") {
+				var child int
+				fmt.Sscan(strings.TrimPrefix(d, "/proc/"), &child)
+				return child
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no agent process of bridge %d", pid)
+	return 0
+}
+
+// TestHAEtcdOutage: etcd stops while an agent works; the leader stops its
+// leader work, its agent process included, while the bridges keep serving
+// health; etcd starts again; a bridge leads again, resumes the request and
+// runs new ones, without any bridge restarting.
 func TestHAEtcdOutage(t *testing.T) {
 	srv := etcdtest.Start(t)
 	bs := startHA(t, srv, 2, "")
 	leader := waitLeader(t, bs, 20*time.Second)
 	r := leader.create("echo before")
 	leader.waitRequest(r.ID, "done", 20*time.Second, func(r requests.Request) bool { return r.State == requests.Done })
+	long := leader.create("tool work 3s; echo long")
+	leader.waitRequest(long.ID, "running", 20*time.Second, func(r requests.Request) bool { return r.Activity == "work" })
+	agent := agentOf(t, leader.p.cmd.Process.Pid)
 
 	srv.Stop()
 	stopped := time.Now()
@@ -340,6 +376,16 @@ func TestHAEtcdOutage(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("leader work stopped %v after etcd stopped", time.Since(stopped).Round(time.Millisecond))
+	notReady := time.Now()
+	for {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", agent)); err != nil {
+			break
+		}
+		if time.Since(notReady) > time.Second {
+			t.Fatalf("the agent process %d still runs 1s after its bridge stopped leading", agent)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	for _, b := range bs {
 		if code := call(t, http.MethodGet, b.base+"/healthz", "", nil, nil); code != http.StatusOK {
 			t.Errorf("healthz during the outage: HTTP %d", code)
@@ -350,6 +396,10 @@ func TestHAEtcdOutage(t *testing.T) {
 	restarted := time.Now()
 	leader = waitLeader(t, bs, 20*time.Second)
 	t.Logf("leading again %v after etcd restarted", time.Since(restarted).Round(time.Millisecond))
+	done := leader.waitRequest(long.ID, "done", 20*time.Second, func(r requests.Request) bool { return r.State.Terminal() })
+	if done.State != requests.Done || done.Result != "long" {
+		t.Errorf("the request interrupted by the outage: %s %q, want resumed and done", done.State, done.Result)
+	}
 	r = leader.create("echo after")
 	leader.waitRequest(r.ID, "done", 20*time.Second, func(r requests.Request) bool { return r.State == requests.Done })
 	for _, b := range bs {
