@@ -1,7 +1,6 @@
 package slack_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -64,14 +63,9 @@ agents:
 			body := slacktest.AppMentionEvent("EvBIN", channel, owner, raw, ts, "")
 			if mode == slack.ModeEvents {
 				addr := waitAddr(t, ctx, filepath.Join(dir, "data", "http.addr"))
-				req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/slack/events", bytes.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				slacktest.SignRequest(req, body, secret, time.Now())
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				resp.Body.Close()
+				resp := postAccepted(t, ctx, "http://"+addr+"/slack/events", body, "application/json", func(req *http.Request) {
+					slacktest.SignRequest(req, body, secret, time.Now())
+				})
 				if resp.StatusCode != http.StatusOK {
 					t.Fatalf("POST /slack/events: %d", resp.StatusCode)
 				}

@@ -19,7 +19,8 @@ var modes = []string{slack.ModeSocket, slack.ModeEvents}
 // thread and to the approver's DM; a click by someone who may not decide is
 // refused with an ephemeral message; the approver's click (on their phone:
 // the DM copy) approves, and both copies of the card are replaced by the
-// outcome without buttons; the agent's progress edits the parent; its message
+// outcome without buttons, and the click delivered again changes nothing;
+// the agent's progress edits the parent; its message
 // and the final answer are replies; the parent ends showing done.
 func TestRequestEndToEnd(t *testing.T) {
 	const ask = "progress 60 compiling; sleep 1500ms; say half way; echo all done"
@@ -73,7 +74,24 @@ func TestRequestEndToEnd(t *testing.T) {
 				}
 				return false
 			})
-			h.click(slacktest.BlockActionsPayload(owner, dm.Channel, dm.TS, "", blockID, "approve", id))
+			approve := slacktest.BlockActionsPayload(owner, dm.Channel, dm.TS, "", blockID, "approve", id)
+			h.click(approve)
+			h.click(approve) // delivered again: the same decision replayed is a no-op
+			// Clicks on one card reach the core in order: once a later click
+			// is refused, the copy has been handled.
+			h.click(slacktest.BlockActionsPayload(member, channel, card.TS, parent.TS, blockID, "deny", id))
+			h.waitFake("the second refusal", func(s *slacktest.Server) bool {
+				n := 0
+				for _, e := range s.Ephemerals() {
+					if e.User == member {
+						n++
+					}
+				}
+				return n == 2
+			})
+			if es := h.fake.Ephemerals(); slices.ContainsFunc(es, func(e slacktest.Message) bool { return e.User == owner }) {
+				t.Errorf("the approver was told something: %+v", es)
+			}
 
 			h.waitStore("the request to end and its effects to be delivered", func() bool {
 				rs, _ := h.svc.List(h.ctx(), requests.Filter{State: requests.Done})

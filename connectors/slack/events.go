@@ -28,7 +28,10 @@ const (
 // refused before any parsing unless it is at most MaxBody (else 413) and
 // signed with the signing secret within Slack's 5-minute window (else 401);
 // a signed body that is not a Slack payload gets 400. A valid event is queued
-// for h and answered 200 at once; the core handles it afterwards.
+// for h and answered 200 at once; the core handles it afterwards. While the
+// connector does not run here (before Run, or on an HA follower, which serves
+// the webhooks but not the leader's work) or its queue is full, events get
+// 503 and Slack delivers them again.
 //
 // Refusals are logged, not audited: an unauthenticated request has no actor
 // to record, and writing an audit record per forged request would let anyone

@@ -329,20 +329,47 @@ func (h *harness) click(payload []byte) {
 	}
 }
 
-// post sends a webhook signed at ts (retry > 0 adds X-Slack-Retry-Num).
+// post sends a webhook signed at ts (retry > 0 adds X-Slack-Retry-Num). It
+// sends it again while the answer is 503 (the connector's Run has not
+// started yet), as Slack does.
 func (h *harness) post(path string, body []byte, contentType string, ts time.Time, retry int) *http.Response {
 	h.t.Helper()
-	req, err := http.NewRequest(http.MethodPost, h.web.URL+path, bytes.NewReader(body))
-	if err != nil {
-		h.t.Fatal(err)
+	return postAccepted(h.t, h.ctx(), h.web.URL+path, body, contentType, func(req *http.Request) {
+		slacktest.SignRequest(req, body, secret, ts)
+		if retry > 0 {
+			req.Header.Set("X-Slack-Retry-Num", strconv.Itoa(retry))
+			req.Header.Set("X-Slack-Retry-Reason", "http_timeout")
+		}
+	})
+}
+
+// postAccepted POSTs body to url, again while the answer is 503, until ctx ends.
+func postAccepted(t testing.TB, ctx context.Context, url string, body []byte, contentType string, sign func(*http.Request)) *http.Response {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", contentType)
+		sign(req)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			return resp
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("POST %s: still 503 at the deadline", url)
+		}
 	}
-	req.Header.Set("Content-Type", contentType)
-	slacktest.SignRequest(req, body, secret, ts)
-	if retry > 0 {
-		req.Header.Set("X-Slack-Retry-Num", strconv.Itoa(retry))
-		req.Header.Set("X-Slack-Retry-Reason", "http_timeout")
-	}
-	return h.do(req)
 }
 
 func (h *harness) do(req *http.Request) *http.Response {

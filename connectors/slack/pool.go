@@ -25,8 +25,8 @@ type pool struct {
 	log     *slog.Logger
 	respond func(ctx context.Context, ev chat.Event, r chat.Response)
 
-	mu       sync.RWMutex
-	stopping bool
+	mu      sync.RWMutex
+	running bool
 }
 
 func newPool(workers, queue int, log *slog.Logger, respond func(context.Context, chat.Event, chat.Response)) *pool {
@@ -39,12 +39,16 @@ func newPool(workers, queue int, log *slog.Logger, respond func(context.Context,
 }
 
 // submit queues ev for h without blocking. It reports false when the
-// event's queue is full or the pool is stopping: the caller must then not
-// acknowledge the event, so that Slack delivers it again.
+// event's queue is full or the pool is not running (before Run, after it, and
+// on an HA follower, whose webhooks are served but whose connectors do not
+// run): the caller must then not acknowledge the event, so that Slack
+// delivers it again.
 func (p *pool) submit(h chat.Handler, ev chat.Event) bool {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	if p.stopping {
+	if !p.running {
+		p.log.Info("event refused: the connector is not running here (not the leader?); Slack will redeliver it",
+			"kind", string(ev.Kind), "event_id", ev.ID)
 		return false
 	}
 	select {
@@ -75,7 +79,7 @@ func (p *pool) shard(ev chat.Event) int {
 // would be lost otherwise) for up to drainGrace, and returns when they have.
 func (p *pool) start(ctx context.Context) (stop func()) {
 	p.mu.Lock()
-	p.stopping = false
+	p.running = true
 	p.mu.Unlock()
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	quit := make(chan struct{})
@@ -85,7 +89,7 @@ func (p *pool) start(ctx context.Context) (stop func()) {
 	}
 	return func() {
 		p.mu.Lock()
-		p.stopping = true
+		p.running = false
 		p.mu.Unlock()
 		close(quit)
 		t := time.AfterFunc(drainGrace, cancel)
