@@ -178,7 +178,8 @@ func countLines(bs []*haBridge, s string) int {
 // TestHAFailover: three bridges on one etcd. The leader is SIGKILLed while
 // an agent runs a request; another bridge leads within the lease TTL + 2 s
 // and resumes the request with the same ID and session; it finishes once;
-// no ID is duplicated; the thread parent is posted once.
+// no ID is duplicated; the thread parent is posted once. Then the new leader
+// is stopped gracefully: the last bridge leads at once.
 func TestHAFailover(t *testing.T) {
 	srv := etcdtest.Start(t)
 	agentLog := filepath.Join(t.TempDir(), "agents.log")
@@ -249,6 +250,27 @@ func TestHAFailover(t *testing.T) {
 	}
 	if n := countLines(bs, id.String()+" | final:"); n != 1 {
 		t.Errorf("final answer of %s posted %d times, want once", id, n)
+	}
+
+	// A graceful stop (SIGTERM) resigns: the last bridge leads at once.
+	stopped := time.Now()
+	if err := next.p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var rest []*haBridge
+	for _, b := range bs {
+		if b != next && b != leader {
+			rest = append(rest, b)
+		}
+	}
+	waitLeader(t, rest, 5*time.Second)
+	if took := time.Since(stopped); took > time.Second {
+		t.Errorf("handover after SIGTERM took %v, want well under the lease TTL", took)
+	}
+	t.Logf("handover after SIGTERM: %v", time.Since(stopped).Round(time.Millisecond))
+	<-next.p.done
+	if code := next.p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("the stopped bridge exited with %d:\n%s", code, next.p.Stderr())
 	}
 }
 
