@@ -367,11 +367,27 @@ func (s *Service) Observe(tx store.Tx, before, after *requests.Request) error {
 	case before == nil:
 		return nil
 	case after.State.Terminal() && !before.State.Terminal():
-		return s.withdrawTx(tx, after, "the request "+after.State.String())
+		return s.withdrawTx(tx, after, ended(after))
 	case after.CancelRequested && !before.CancelRequested:
 		return s.withdrawTx(tx, after, "the request's cancel was asked")
 	}
 	return nil
+}
+
+// ended says how a request ended, for a withdrawn approval's card.
+func ended(r *requests.Request) string {
+	switch r.State {
+	case requests.Done:
+		return "the request finished"
+	case requests.Failed:
+		return "the request failed"
+	case requests.Expired:
+		return "the request expired"
+	}
+	if r.Reason != "" {
+		return "the request was cancelled (" + r.Reason + ")"
+	}
+	return "the request was cancelled"
 }
 
 // Label names a request as its approvals show who asks:

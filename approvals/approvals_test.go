@@ -51,6 +51,10 @@ func TestPendingRequestGetsApprovalAndCards(t *testing.T) {
 	if _, err := e.appr.Get(e.ctx, o.ID.String()); !errors.Is(err, approvals.ErrUnknown) {
 		t.Fatalf("owner's request has an approval: %v", err)
 	}
+	if _, err := e.appr.Decide(e.ctx, o.ID.String(), approvals.Approve, owner, chat.Slack); !errors.Is(err, approvals.ErrUnknown) ||
+		!strings.Contains(err.Error(), "did not wait for approval (asked by slack:UOWNER, now approved)") {
+		t.Fatalf("approving an owner's request: %v", err)
+	}
 }
 
 // At TTL minus one second a sweep leaves the approval pending; one second

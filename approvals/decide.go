@@ -89,7 +89,10 @@ func (s *Service) Decide(ctx context.Context, id string, v Verdict, actor, surfa
 		a, err := getTx(tx, r)
 		if errors.Is(err, ErrUnknown) {
 			refused = err
-			return auditRefusalTx(tx, now, r.req.String(), actor, surface, fmt.Sprintf("%s %s", v, r), err)
+			if req, rerr := s.svc.GetTx(tx, r.req); rerr == nil && r.n == 0 {
+				refused = fmt.Errorf("%w: %s did not wait for approval (asked by %s, now %s)", err, req.ID, req.Requester, req.State)
+			}
+			return auditRefusalTx(tx, now, r.req.String(), actor, surface, fmt.Sprintf("%s %s", v, r), refused)
 		}
 		if err != nil {
 			return err
