@@ -9,6 +9,7 @@ import (
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/connectors/console"
+	"github.com/roombridge/roombridge/connectors/feishu"
 	"github.com/roombridge/roombridge/connectors/slack"
 )
 
@@ -32,6 +33,13 @@ func connectorsFor(cfg *config.Config, log *slog.Logger) ([]chat.Connector, erro
 	}
 	if s := cfg.Slack; s != nil {
 		c, err := slackConnector(s, log)
+		if err != nil {
+			return nil, err
+		}
+		conns = append(conns, c)
+	}
+	if f := cfg.Feishu; f != nil {
+		c, err := feishu.FromConfig(f, log)
 		if err != nil {
 			return nil, err
 		}

@@ -1,6 +1,7 @@
-// Package ratelimit paces calls to chat platforms with one token bucket per
-// key (a channel, a chat, a message), shared by the Slack and Feishu
-// connectors.
+// Package ratelimit paces calls to chat platforms per key (a channel, a
+// chat, a message, an API): Keyed with a token bucket per key, Spacer with one
+// call at a time per key, spaced from the end of the previous call. Shared by
+// the Slack and Feishu connectors.
 package ratelimit
 
 import (

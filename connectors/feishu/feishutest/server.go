@@ -47,6 +47,7 @@ const (
 	RouteReply      = "/open-apis/im/v1/messages/:message_id/reply"
 	RoutePatch      = "/open-apis/im/v1/messages/:message_id"
 	RouteWSEndpoint = larkws.GenEndpointUri
+	RouteBotInfo    = "/open-apis/bot/v3/info"
 	routeWS         = "/ws"
 )
 
@@ -99,6 +100,12 @@ func WithClock(c Clock) Option { return func(s *Server) { s.clock = c } }
 
 // WithRateLimits replaces Feishu's limits {PerChat: 5, PerApp: 50, PerPatch: 5}.
 func WithRateLimits(l RateLimits) Option { return func(s *Server) { s.limits = l } }
+
+// WithBot sets the bot's open_id and name that bot/v3/info reports (by
+// default "ou_bot" + a hash of the app's credentials, and "roombridge").
+func WithBot(openID, name string) Option {
+	return func(s *Server) { s.botOpenID, s.botName = openID, name }
+}
 
 // WithClientConfig replaces the long-connection settings the fake sends with
 // the endpoint and in every pong, by default {PingInterval: 10,
@@ -153,6 +160,7 @@ type failure struct {
 // concurrent use.
 type Server struct {
 	appID, appSecret, token string
+	botOpenID, botName      string
 	clock                   Clock
 	limits                  RateLimits
 	clientConfig            larkws.ClientConfig
@@ -188,6 +196,8 @@ func New(appID, appSecret string, opts ...Option) *Server {
 		// process-wide cache keyed by app, so a token from an earlier fake must
 		// stay valid here.
 		token:        "t-" + hex.EncodeToString(sum[:16]),
+		botOpenID:    "ou_bot" + hex.EncodeToString(sum[16:24]),
+		botName:      "roombridge",
 		clock:        realClock{},
 		limits:       defaultRateLimits,
 		clientConfig: defaultClientConfig,
@@ -209,6 +219,7 @@ func New(appID, appSecret string, opts ...Option) *Server {
 	mux.HandleFunc("POST "+RouteCreate, s.route(RouteCreate, s.authed(s.handleCreate)))
 	mux.HandleFunc("POST /open-apis/im/v1/messages/{message_id}/reply", s.route(RouteReply, s.authed(s.handleReply)))
 	mux.HandleFunc("PATCH /open-apis/im/v1/messages/{message_id}", s.route(RoutePatch, s.authed(s.handlePatch)))
+	mux.HandleFunc("GET "+RouteBotInfo, s.route(RouteBotInfo, s.authed(s.handleBotInfo)))
 	mux.HandleFunc("POST "+RouteWSEndpoint, s.route(RouteWSEndpoint, s.handleEndpoint))
 	mux.HandleFunc("GET "+routeWS, s.route(routeWS, s.handleWS))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -220,6 +231,9 @@ func New(appID, appSecret string, opts ...Option) *Server {
 
 // URL is the base URL for lark.WithOpenBaseUrl and larkws.WithDomain.
 func (s *Server) URL() string { return s.srv.URL }
+
+// BotOpenID is the bot's open_id: mention it in a MessageEvent to address the app.
+func (s *Server) BotOpenID() string { return s.botOpenID }
 
 // TenantToken is the tenant_access_token the fake issues and accepts.
 func (s *Server) TenantToken() string { return s.token }
@@ -401,6 +415,14 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"code": 0, "msg": "ok", "tenant_access_token": s.token, "expire": int(tokenTTL.Seconds()),
 	}, nil)
+}
+
+// handleBotInfo answers GET bot/v3/info as Feishu does: the bot object beside
+// code and msg, not under data.
+func (s *Server) handleBotInfo(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"code": 0, "msg": "ok", "bot": map[string]any{
+		"activate_status": 2, "app_name": s.botName, "avatar_url": "", "ip_white_list": []string{}, "open_id": s.botOpenID,
+	}}, nil)
 }
 
 type sendBody struct {

@@ -1,0 +1,461 @@
+// Package feishu is the Feishu (Lark) surface: a topic thread per request
+// whose root is a live interactive card, approval cards with buttons, and
+// inbound events over the long connection (ws, default) or the HTTP callback
+// (POST /feishu/events), all through the official SDK
+// (github.com/larksuite/oapi-sdk-go/v3).
+//
+// The connector never touches the store: the core dedupes events (by
+// header.event_id), orders and retries sends (the outbox). The connector
+// verifies and acknowledges inbound events within Feishu's 3 s, paces sends
+// under Feishu's rate limits, sends every message with a uuid derived from the
+// effect's idempotency key (so Feishu drops a retried send too), and maps
+// Feishu's answers to errors the outbox understands: chat.RetryAfterError for
+// 429/99991400 (after x-ogw-ratelimit-reset), threads.ErrPermanent for a
+// request Feishu refuses.
+package feishu
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	lark "github.com/larksuite/oapi-sdk-go/v3"
+	larkcore "github.com/larksuite/oapi-sdk-go/v3/core"
+	larkevent "github.com/larksuite/oapi-sdk-go/v3/event"
+	"github.com/larksuite/oapi-sdk-go/v3/event/dispatcher"
+	larkim "github.com/larksuite/oapi-sdk-go/v3/service/im/v1"
+	larkws "github.com/larksuite/oapi-sdk-go/v3/ws"
+
+	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/clock"
+	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/connectors/ratelimit"
+	"github.com/roombridge/roombridge/threads"
+)
+
+// Modes of receiving events.
+const (
+	ModeWS       = "ws"       // the long connection (larkws)
+	ModeCallback = "callback" // HTTP POST /feishu/events
+)
+
+// Feishu answer codes the connector acts on.
+const (
+	codeRateLimited = 99991400 // "request trigger frequency limit", with HTTP 429
+	// Per-chat send limits some tenants answer with (third-party reports).
+	codeChatLimited    = 230020
+	codeChatLimitedOld = 11232
+)
+
+// tokenCodes are Feishu's access-token errors: transient (a new token fixes
+// them), never a reason to drop a message.
+var tokenCodes = map[int]bool{99991661: true, 99991663: true, 99991664: true, 99991665: true, 99991668: true, 99991671: true}
+
+// maxUUID is the longest uuid Feishu accepts on a send.
+const maxUUID = 50
+
+// Defaults.
+const (
+	// DefaultAckBudget is how long an inbound event may wait for the core
+	// before it is acknowledged anyway (Feishu re-pushes after 3 s).
+	DefaultAckBudget = 2500 * time.Millisecond
+	// DefaultEditEvery spaces edits of one message (the design's coalescing
+	// rule: status edits at least 1 s apart per message).
+	DefaultEditEvery = time.Second
+	// handlerTimeout bounds the core's work on one inbound event.
+	handlerTimeout = 30 * time.Second
+	// requestTimeout bounds one Open API call.
+	requestTimeout = 15 * time.Second
+)
+
+// Limits are Feishu's documented rate limits, per second; the connector paces
+// itself at 80% of each so that latency jitter never trips them.
+type Limits struct {
+	PerChat    int // messages into one chat, or to one user (Feishu: 5)
+	PerApp     int // calls of one API (create, reply, patch) by the app (Feishu: 50)
+	PerMessage int // PATCHes of one message (Feishu: 5)
+}
+
+// DefaultLimits are Feishu's limits for im/v1/messages.
+var DefaultLimits = Limits{PerChat: 5, PerApp: 50, PerMessage: 5}
+
+// Options configure a Connector.
+type Options struct {
+	Mode              string // ModeWS (default) or ModeCallback
+	AppID, AppSecret  string
+	VerificationToken string // checked on HTTP callbacks; empty: not checked
+	EncryptKey        string // decrypts and signs HTTP callbacks; empty: plain bodies
+	// BaseURL is the Open API base (default https://open.feishu.cn); tests
+	// point it at feishutest.
+	BaseURL string
+	// BotOpenID is the bot's open_id, to tell mentions of the bot from others;
+	// empty: asked from bot/v3/info on first need.
+	BotOpenID string
+	Limits    Limits        // zero fields: DefaultLimits
+	EditEvery time.Duration // zero: DefaultEditEvery
+	AckBudget time.Duration // zero: DefaultAckBudget
+	Clock     clock.Clock   // timestamps of callbacks; nil: real time
+	Log       *slog.Logger  // nil: slog.Default()
+	// HTTPClient, if set, makes the Open API calls.
+	HTTPClient *http.Client
+}
+
+// Connector is the Feishu surface. It implements chat.DirectMessenger, and
+// Routes for the HTTP callback.
+type Connector struct {
+	opts  Options
+	cli   *lark.Client
+	log   *slog.Logger
+	clock clock.Clock
+	disp  *dispatcher.EventDispatcher
+
+	handler atomic.Pointer[chat.Handler]
+	wg      sync.WaitGroup // handler calls and notices outliving their event
+
+	perChat *ratelimit.Spacer // sends into one chat; key: chat ID or "user:<open_id>"
+	perMsg  *ratelimit.Spacer // PATCHes of one message; key: message ID
+	perAPI  *ratelimit.Keyed  // app-wide budget of each API; key: API name
+
+	botMu    sync.Mutex
+	botID    string
+	botTried time.Time
+}
+
+var _ chat.DirectMessenger = (*Connector)(nil)
+
+// New returns a connector for the app in o.
+func New(o Options) (*Connector, error) {
+	if o.AppID == "" || o.AppSecret == "" {
+		return nil, errors.New("feishu: app_id and app_secret are required")
+	}
+	switch o.Mode {
+	case "":
+		o.Mode = ModeWS
+	case ModeWS, ModeCallback:
+	default:
+		return nil, fmt.Errorf("feishu: unknown mode %q (want ws or callback)", o.Mode)
+	}
+	if o.Mode == ModeCallback && o.VerificationToken == "" && o.EncryptKey == "" {
+		return nil, errors.New("feishu: callback mode needs a verification token or an encrypt key")
+	}
+	if o.BaseURL == "" {
+		o.BaseURL = lark.FeishuBaseUrl
+	}
+	if o.Limits.PerChat <= 0 {
+		o.Limits.PerChat = DefaultLimits.PerChat
+	}
+	if o.Limits.PerApp <= 0 {
+		o.Limits.PerApp = DefaultLimits.PerApp
+	}
+	if o.Limits.PerMessage <= 0 {
+		o.Limits.PerMessage = DefaultLimits.PerMessage
+	}
+	if o.EditEvery <= 0 {
+		o.EditEvery = DefaultEditEvery
+	}
+	if o.AckBudget <= 0 {
+		o.AckBudget = DefaultAckBudget
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	log := o.Log.With("surface", chat.Feishu)
+	sdkLog := sdkLogger{log: log}
+	copts := []lark.ClientOptionFunc{
+		lark.WithOpenBaseUrl(o.BaseURL), lark.WithLogger(sdkLog), lark.WithLogLevel(larkcore.LogLevelWarn),
+		lark.WithReqTimeout(requestTimeout),
+	}
+	if o.HTTPClient != nil {
+		copts = append(copts, lark.WithHttpClient(o.HTTPClient))
+	}
+	c := &Connector{
+		opts:    o,
+		cli:     lark.NewClient(o.AppID, o.AppSecret, copts...),
+		log:     log,
+		clock:   o.Clock,
+		perChat: ratelimit.NewSpacer(spacing(o.Limits.PerChat)),
+		perMsg:  ratelimit.NewSpacer(max(spacing(o.Limits.PerMessage), o.EditEvery)),
+		perAPI:  ratelimit.NewKeyed(pace(o.Limits.PerApp), 1),
+		botID:   o.BotOpenID,
+	}
+	// One dispatcher serves both modes (ws frames and verified HTTP bodies).
+	c.disp = dispatcher.NewEventDispatcher(o.VerificationToken, o.EncryptKey).
+		OnP2MessageReceiveV1(c.onMessage).
+		OnP2CardActionTrigger(c.onCardAction)
+	c.disp.InitConfig(larkevent.WithLogger(sdkLog), larkevent.WithLogLevel(larkcore.LogLevelWarn))
+	return c, nil
+}
+
+// FromConfig builds the connector of the config's feishu section, reading
+// secrets from their *_file keys where given.
+func FromConfig(f *config.Feishu, log *slog.Logger) (*Connector, error) {
+	secret, err := config.Secret("feishu.app_secret", f.AppSecret, f.AppSecretFile)
+	if err != nil {
+		return nil, err
+	}
+	token, err := config.Secret("feishu.verification_token", f.VerificationToken, f.VerificationTokenFile)
+	if err != nil {
+		return nil, err
+	}
+	key, err := config.Secret("feishu.encrypt_key", f.EncryptKey, f.EncryptKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	return New(Options{Mode: f.Mode, AppID: f.AppID, AppSecret: secret, VerificationToken: token,
+		EncryptKey: key, BaseURL: f.BaseURL, Log: log})
+}
+
+// spacing is the gap between the end of one call and the start of the next
+// (of one key) that keeps a limit of perSecond calls in any one-second
+// window, with a 10% margin for the platform's own clock.
+func spacing(perSecond int) time.Duration {
+	return time.Duration(1.1 * float64(time.Second) / float64(perSecond))
+}
+
+// pace is the token interval of an app-wide budget of perSecond calls (calls
+// run concurrently there, so the margin is wider: 20%, bursts of one).
+func pace(perSecond int) time.Duration {
+	return time.Duration(float64(time.Second) / (0.8 * float64(perSecond)))
+}
+
+// Surface implements chat.Connector.
+func (c *Connector) Surface() string { return chat.Feishu }
+
+// Run receives events until ctx ends: over the long connection in ws mode; in
+// callback mode they come through Routes and Run only waits.
+func (c *Connector) Run(ctx context.Context, h chat.Handler) error {
+	c.handler.Store(&h)
+	defer c.wg.Wait()
+	if c.opts.Mode == ModeCallback {
+		c.log.InfoContext(ctx, "feishu: receiving events over HTTP", "path", EventsPath)
+		<-ctx.Done()
+		return nil
+	}
+	sdkLog := sdkLogger{log: c.log}
+	ws := larkws.NewClient(c.opts.AppID, c.opts.AppSecret,
+		larkws.WithEventHandler(c.disp), larkws.WithDomain(c.opts.BaseURL),
+		larkws.WithLogger(sdkLog), larkws.WithLogLevel(larkcore.LogLevelWarn), larkws.WithAutoReconnect(true),
+		larkws.WithOnReady(func() { c.log.InfoContext(ctx, "feishu: long connection ready") }),
+		larkws.WithOnReconnecting(func() { c.log.WarnContext(ctx, "feishu: long connection lost; reconnecting") }),
+	)
+	err := ws.Start(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("feishu: long connection: %w", err)
+	}
+	return nil
+}
+
+// current returns the handler events go to (set by Run or Routes).
+func (c *Connector) current() chat.Handler {
+	if h := c.handler.Load(); h != nil {
+		return *h
+	}
+	return nil
+}
+
+// StartThread posts m as an interactive card into chat channel; the card is
+// the root of the request's topic and is updated in place later.
+func (c *Connector) StartThread(ctx context.Context, channel string, m chat.Message) (chat.ThreadRef, chat.MessageRef, error) {
+	content, err := cardContent(m)
+	if err != nil {
+		return chat.ThreadRef{}, chat.MessageRef{}, err
+	}
+	id, _, err := c.create(ctx, larkim.CreateMessageV1ReceiveIDTypeChatId, channel, channel, larkim.MsgTypeInteractive, content, m.IdempotencyKey)
+	if err != nil {
+		return chat.ThreadRef{}, chat.MessageRef{}, err
+	}
+	return chat.ThreadRef{Surface: chat.Feishu, Channel: channel, ID: id},
+		chat.MessageRef{Surface: chat.Feishu, Channel: channel, ID: id}, nil
+}
+
+// Reply posts m in the topic of t (reply_in_thread).
+func (c *Connector) Reply(ctx context.Context, t chat.ThreadRef, m chat.Message) (chat.MessageRef, error) {
+	msgType, content, err := messageContent(m)
+	if err != nil {
+		return chat.MessageRef{}, err
+	}
+	id, err := c.reply(ctx, t.Channel, t.ID, msgType, content, m.IdempotencyKey, true)
+	if err != nil {
+		return chat.MessageRef{}, err
+	}
+	return chat.MessageRef{Surface: chat.Feishu, Channel: t.Channel, ID: id}, nil
+}
+
+// Update replaces a posted card with m rendered as a card (PATCH; JSON 2.0
+// cards are shared, so every viewer sees the update). Edits of one message
+// are spaced by EditEvery; the outbox coalesces the ones that wait.
+func (c *Connector) Update(ctx context.Context, ref chat.MessageRef, m chat.Message) error {
+	content, err := cardContent(m)
+	if err != nil {
+		return err
+	}
+	return c.perMsg.Do(ctx, ref.ID, func() error {
+		if err := c.perAPI.Wait(ctx, "patch"); err != nil {
+			return err
+		}
+		resp, err := c.cli.Im.V1.Message.Patch(ctx, larkim.NewPatchMessageReqBuilder().MessageId(ref.ID).
+			Body(larkim.NewPatchMessageReqBodyBuilder().Content(content).Build()).Build())
+		if resp == nil {
+			return classify("update", nil, larkcore.CodeError{}, err)
+		}
+		return classify("update", resp.ApiResp, resp.CodeError, err)
+	})
+}
+
+// Direct sends m to the user with open_id user (receive_id_type open_id), so
+// an approver has the card's buttons in their chat with the bot.
+func (c *Connector) Direct(ctx context.Context, user string, m chat.Message) (chat.MessageRef, error) {
+	msgType, content, err := messageContent(m)
+	if err != nil {
+		return chat.MessageRef{}, err
+	}
+	id, chatID, err := c.create(ctx, larkim.CreateMessageV1ReceiveIDTypeOpenId, user, "user:"+user, msgType, content, m.IdempotencyKey)
+	if err != nil {
+		return chat.MessageRef{}, err
+	}
+	return chat.MessageRef{Surface: chat.Feishu, Channel: chatID, ID: id}, nil
+}
+
+// create sends a new message (POST im/v1/messages) and returns its ID and chat.
+func (c *Connector) create(ctx context.Context, idType, receiveID, limitKey, msgType, content, key string) (id, chatID string, err error) {
+	body := larkim.NewCreateMessageReqBodyBuilder().ReceiveId(receiveID).MsgType(msgType).Content(content)
+	if u := uuidFor(key); u != "" {
+		body.Uuid(u)
+	}
+	req := larkim.NewCreateMessageReqBuilder().ReceiveIdType(idType).Body(body.Build()).Build()
+	err = c.perChat.Do(ctx, limitKey, func() error {
+		if err := c.perAPI.Wait(ctx, "create"); err != nil {
+			return err
+		}
+		resp, err := c.cli.Im.V1.Message.Create(ctx, req)
+		if resp == nil {
+			return classify("send", nil, larkcore.CodeError{}, err)
+		}
+		if err := classify("send", resp.ApiResp, resp.CodeError, err); err != nil {
+			return err
+		}
+		if resp.Data == nil || resp.Data.MessageId == nil {
+			return errors.New("feishu: send: answer without message_id")
+		}
+		id, chatID = *resp.Data.MessageId, receiveID
+		if resp.Data.ChatId != nil {
+			chatID = *resp.Data.ChatId
+		}
+		return nil
+	})
+	return id, chatID, err
+}
+
+// reply answers message parent in chat (POST im/v1/messages/:id/reply).
+func (c *Connector) reply(ctx context.Context, chatID, parent, msgType, content, key string, inThread bool) (id string, err error) {
+	body := larkim.NewReplyMessageReqBodyBuilder().MsgType(msgType).Content(content).ReplyInThread(inThread)
+	if u := uuidFor(key); u != "" {
+		body.Uuid(u)
+	}
+	req := larkim.NewReplyMessageReqBuilder().MessageId(parent).Body(body.Build()).Build()
+	err = c.perChat.Do(ctx, chatID, func() error {
+		if err := c.perAPI.Wait(ctx, "reply"); err != nil {
+			return err
+		}
+		resp, err := c.cli.Im.V1.Message.Reply(ctx, req)
+		if resp == nil {
+			return classify("reply", nil, larkcore.CodeError{}, err)
+		}
+		if err := classify("reply", resp.ApiResp, resp.CodeError, err); err != nil {
+			return err
+		}
+		if resp.Data == nil || resp.Data.MessageId == nil {
+			return errors.New("feishu: reply: answer without message_id")
+		}
+		id = *resp.Data.MessageId
+		return nil
+	})
+	return id, err
+}
+
+// classify turns an Open API answer into the error the outbox acts on: nil,
+// a *chat.RetryAfterError (rate limited: retry after exactly the reset
+// Feishu names), an error wrapping threads.ErrPermanent (Feishu refused the
+// request itself: retrying cannot help), or a plain transient error.
+func classify(op string, resp *larkcore.ApiResp, ce larkcore.CodeError, err error) error {
+	if err != nil {
+		return fmt.Errorf("feishu: %s: %w", op, err)
+	}
+	status := 0
+	if resp != nil {
+		status = resp.StatusCode
+	}
+	if ce.Code == 0 && (status == 0 || status < 300) {
+		return nil
+	}
+	cause := fmt.Errorf("feishu: %s: HTTP %d, code %d: %s", op, status, ce.Code, ce.Msg)
+	switch {
+	case status == http.StatusTooManyRequests || ce.Code == codeRateLimited ||
+		ce.Code == codeChatLimited || ce.Code == codeChatLimitedOld:
+		after := time.Second
+		if resp != nil {
+			if s, perr := strconv.Atoi(resp.Header.Get("x-ogw-ratelimit-reset")); perr == nil && s > 0 {
+				after = time.Duration(s) * time.Second
+			}
+		}
+		return &chat.RetryAfterError{After: after, Err: cause}
+	case status >= 500 || tokenCodes[ce.Code]:
+		return cause
+	default:
+		return fmt.Errorf("%w: %w", threads.ErrPermanent, cause)
+	}
+}
+
+// uuidFor derives Feishu's send uuid from an idempotency key: the key itself
+// when it fits (at most 50 characters of a safe alphabet), else a hash of it.
+func uuidFor(key string) string {
+	if key == "" {
+		return ""
+	}
+	if len(key) <= maxUUID && safeUUID(key) {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return "rb-" + hex.EncodeToString(sum[:])[:40]
+}
+
+func safeUUID(s string) bool {
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '/', r == ':', r == '.':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// sdkLogger routes the SDK's logs to slog.
+type sdkLogger struct{ log *slog.Logger }
+
+func (l sdkLogger) Debug(ctx context.Context, args ...any) {
+	l.log.DebugContext(ctx, "lark sdk", "detail", fmt.Sprint(args...))
+}
+func (l sdkLogger) Info(ctx context.Context, args ...any) {
+	l.log.InfoContext(ctx, "lark sdk", "detail", fmt.Sprint(args...))
+}
+func (l sdkLogger) Warn(ctx context.Context, args ...any) {
+	l.log.WarnContext(ctx, "lark sdk", "detail", fmt.Sprint(args...))
+}
+func (l sdkLogger) Error(ctx context.Context, args ...any) {
+	l.log.ErrorContext(ctx, "lark sdk", "detail", fmt.Sprint(args...))
+}

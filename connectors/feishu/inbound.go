@@ -1,0 +1,317 @@
+package feishu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	larkcore "github.com/larksuite/oapi-sdk-go/v3/core"
+	"github.com/larksuite/oapi-sdk-go/v3/event/dispatcher/callback"
+	larkim "github.com/larksuite/oapi-sdk-go/v3/service/im/v1"
+
+	"github.com/roombridge/roombridge/chat"
+)
+
+// botRetry spaces attempts to learn the bot's open_id after a failure.
+const botRetry = 10 * time.Second
+
+// maxToast bounds a toast's text.
+const maxToast = 200
+
+// errNoHandler: an event arrived before Run or Routes named a handler; the
+// error makes Feishu deliver it again later.
+var errNoHandler = errors.New("feishu: not ready for events yet")
+
+// onMessage handles im.message.receive_v1: a mention of the bot (or a direct
+// message to it) is an ask, a message in a topic is a reply to the request
+// whose card roots the topic. It returns within the ack budget.
+func (c *Connector) onMessage(ctx context.Context, ev *larkim.P2MessageReceiveV1) error {
+	h := c.current()
+	if h == nil {
+		return errNoHandler
+	}
+	in, mentioned, ok, err := c.toEvent(ctx, ev)
+	if err != nil || !ok {
+		return err
+	}
+	msgID := *ev.Event.Message.MessageId
+	tell := func(r chat.Response) {
+		// A refusal is worth a reply when the person addressed the bot;
+		// chatter in a topic that merely fails to route is only logged.
+		if !r.Error || r.Text == "" || (in.Kind == chat.Reply && !mentioned) {
+			return
+		}
+		c.notice(in.Channel, msgID, in.ID, r.Text)
+	}
+	if r, done := c.call(ctx, h, in, tell); done {
+		tell(r)
+	}
+	return nil
+}
+
+// toEvent turns a received message into a chat event; ok is false for
+// messages that are not for the bridge (from bots, unaddressed chatter).
+func (c *Connector) toEvent(ctx context.Context, ev *larkim.P2MessageReceiveV1) (in chat.Event, mentioned, ok bool, err error) {
+	if ev == nil || ev.Event == nil || ev.Event.Message == nil || ev.Event.Sender == nil {
+		return in, false, false, nil
+	}
+	msg, sender := ev.Event.Message, ev.Event.Sender
+	if str(sender.SenderType) != "user" || sender.SenderId == nil || str(sender.SenderId.OpenId) == "" ||
+		str(msg.MessageId) == "" || str(msg.ChatId) == "" {
+		return in, false, false, nil
+	}
+	var mentions []mention
+	var unsure bool // a mention that may or may not be of the bot
+	if len(msg.Mentions) > 0 {
+		bot := c.botOpenID(ctx)
+		for _, m := range msg.Mentions {
+			if m == nil || m.Key == nil {
+				continue
+			}
+			mm := mention{key: *m.Key, name: str(m.Name)}
+			switch {
+			case bot != "":
+				mm.bot = m.Id != nil && str(m.Id.OpenId) == bot
+			case str(m.MentionedType) != "":
+				// Without the bot's identity, Feishu's mentioned_type is
+				// the next best evidence.
+				mm.bot = str(m.MentionedType) == "bot"
+			default:
+				unsure = true
+			}
+			mentioned = mentioned || mm.bot
+			mentions = append(mentions, mm)
+		}
+	}
+	if unsure && !mentioned && str(msg.RootId) == "" && str(msg.ChatType) != "p2p" {
+		// Erring either way is wrong: fail, and Feishu delivers it again.
+		return in, false, false, fmt.Errorf("feishu: cannot tell whether message %s mentions the bot: its open_id is unknown", str(msg.MessageId))
+	}
+	in = chat.Event{
+		Surface: chat.Feishu,
+		Channel: *msg.ChatId,
+		User:    chat.Feishu + ":" + *sender.SenderId.OpenId,
+		Text:    messageText(str(msg.MessageType), str(msg.Content), mentions),
+	}
+	if ev.EventV2Base != nil && ev.EventV2Base.Header != nil {
+		in.ID = ev.EventV2Base.Header.EventID
+	}
+	switch {
+	case str(msg.RootId) != "":
+		in.Kind = chat.Reply
+		in.Thread = &chat.ThreadRef{Surface: chat.Feishu, Channel: *msg.ChatId, ID: *msg.RootId}
+	case mentioned || str(msg.ChatType) == "p2p":
+		in.Kind = chat.Ask
+	default:
+		return in, false, false, nil
+	}
+	return in, mentioned, true, nil
+}
+
+type mention struct {
+	key, name string
+	bot       bool
+}
+
+// messageText extracts the text of a text or post message, with the bot's
+// mention removed and other mentions written as @name.
+func messageText(msgType, content string, mentions []mention) string {
+	var raw string
+	switch msgType {
+	case larkim.MsgTypeText:
+		var t struct {
+			Text string `json:"text"`
+		}
+		_ = json.Unmarshal([]byte(content), &t)
+		raw = t.Text
+	case larkim.MsgTypePost:
+		raw = postText(content)
+	default:
+		return ""
+	}
+	// Longest keys first: "@_user_10" before "@_user_1".
+	slices.SortFunc(mentions, func(a, b mention) int { return len(b.key) - len(a.key) })
+	for _, m := range mentions {
+		with := "@" + m.name
+		if m.bot {
+			with = ""
+		}
+		raw = strings.ReplaceAll(raw, m.key, with)
+	}
+	return strings.Join(strings.Fields(raw), " ")
+}
+
+// postText flattens a post (rich text) message: text, links and mentions.
+func postText(content string) string {
+	var p struct {
+		Title   string `json:"title"`
+		Content [][]struct {
+			Tag    string `json:"tag"`
+			Text   string `json:"text"`
+			UserID string `json:"user_id"`
+		} `json:"content"`
+	}
+	if json.Unmarshal([]byte(content), &p) != nil {
+		return ""
+	}
+	var lines []string
+	for _, para := range p.Content {
+		var b strings.Builder
+		for _, el := range para {
+			switch el.Tag {
+			case "text", "a", "code_block", "md":
+				b.WriteString(el.Text)
+			case "at":
+				b.WriteString(" " + el.UserID + " ")
+			}
+		}
+		lines = append(lines, b.String())
+	}
+	return strings.Join(lines, "\n")
+}
+
+// onCardAction handles card.action.trigger: a button press becomes a
+// chat.Click; the answer (within 3 s) is a toast with what the core said.
+func (c *Connector) onCardAction(ctx context.Context, ev *callback.CardActionTriggerEvent) (*callback.CardActionTriggerResponse, error) {
+	h := c.current()
+	if h == nil {
+		return nil, errNoHandler
+	}
+	if ev == nil || ev.Event == nil || ev.Event.Action == nil || ev.Event.Operator == nil || ev.Event.Operator.OpenID == "" {
+		return toast("error", "This button sent an incomplete callback."), nil
+	}
+	a := ev.Event.Action
+	block, _ := a.Value[valueBlock].(string)
+	action, _ := a.Value[valueAction].(string)
+	value, _ := a.Value[valueValue].(string)
+	if block == "" || action == "" {
+		return toast("error", "This button is not one of the bridge's."), nil
+	}
+	in := chat.Event{
+		Kind:    chat.Click,
+		Surface: chat.Feishu,
+		User:    chat.Feishu + ":" + ev.Event.Operator.OpenID,
+		Click:   &chat.ClickAction{BlockID: block, ActionID: action, Value: value},
+	}
+	if ev.EventV2Base != nil && ev.EventV2Base.Header != nil {
+		in.ID = ev.EventV2Base.Header.EventID
+	}
+	if cx := ev.Event.Context; cx != nil {
+		in.Channel = cx.OpenChatID
+		in.Click.Message = chat.MessageRef{Surface: chat.Feishu, Channel: cx.OpenChatID, ID: cx.OpenMessageID}
+	}
+	r, done := c.call(ctx, h, in, func(r chat.Response) {
+		c.log.InfoContext(ctx, "feishu: click answered after the ack", "event_id", in.ID, "block", block, "error", r.Error, "text", r.Text)
+	})
+	switch {
+	case !done:
+		return toast("info", "Received; the card updates in a moment."), nil
+	case r.Text == "":
+		return &callback.CardActionTriggerResponse{}, nil
+	case r.Error:
+		return toast("error", r.Text), nil
+	}
+	return toast("success", r.Text), nil
+}
+
+func toast(kind, text string) *callback.CardActionTriggerResponse {
+	return &callback.CardActionTriggerResponse{Toast: &callback.Toast{Type: kind, Content: truncate(text, maxToast)}}
+}
+
+// call passes ev to h and waits for its answer at most the ack budget. If
+// the core takes longer, call returns done=false so the event is
+// acknowledged, and late gets the answer when it comes.
+func (c *Connector) call(ctx context.Context, h chat.Handler, ev chat.Event, late func(chat.Response)) (chat.Response, bool) {
+	answer := make(chan chat.Response, 1)
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handlerTimeout)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer cancel()
+		answer <- h.Handle(hctx, ev)
+	}()
+	t := time.NewTimer(c.opts.AckBudget)
+	defer t.Stop()
+	select {
+	case r := <-answer:
+		return r, true
+	case <-t.C:
+		c.log.WarnContext(ctx, "feishu: acknowledged before the core answered", "event_id", ev.ID, "kind", string(ev.Kind))
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			late(<-answer)
+		}()
+		return chat.Response{}, false
+	}
+}
+
+// notice tells a person why the bridge refused their message, as a reply to
+// it (Feishu has no ephemeral text message). It sends in the background, so
+// the event's ack never waits for the rate limiter; the uuid derived from the
+// event ID keeps a redelivered event from repeating the notice.
+func (c *Connector) notice(chatID, msgID, eventID, text string) {
+	content, err := json.Marshal(map[string]string{"text": truncate(text, maxText)})
+	if err != nil {
+		return
+	}
+	key := ""
+	if eventID != "" {
+		key = "notice:" + eventID
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), handlerTimeout)
+		defer cancel()
+		if _, err := c.reply(ctx, chatID, msgID, larkim.MsgTypeText, string(content), key, false); err != nil {
+			c.log.WarnContext(ctx, "feishu: refusal notice not sent", "event_id", eventID, "error", err)
+		}
+	}()
+}
+
+// botOpenID returns the bot's open_id, asking bot/v3/info once (and again
+// at most every botRetry after a failure); "" while it is unknown.
+func (c *Connector) botOpenID(ctx context.Context) string {
+	c.botMu.Lock()
+	defer c.botMu.Unlock()
+	if c.botID != "" || (!c.botTried.IsZero() && time.Since(c.botTried) < botRetry) {
+		return c.botID
+	}
+	c.botTried = time.Now()
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	resp, err := c.cli.Get(ctx, "/open-apis/bot/v3/info", nil, larkcore.AccessTokenTypeTenant)
+	var info struct {
+		Code int    `json:"code"`
+		Msg  string `json:"msg"`
+		Bot  struct {
+			OpenID string `json:"open_id"`
+		} `json:"bot"`
+	}
+	switch {
+	case err != nil:
+	case json.Unmarshal(resp.RawBody, &info) != nil:
+		err = fmt.Errorf("HTTP %d: undecodable answer", resp.StatusCode)
+	case info.Code != 0 || info.Bot.OpenID == "":
+		err = fmt.Errorf("HTTP %d, code %d: %s", resp.StatusCode, info.Code, info.Msg)
+	}
+	if err != nil {
+		c.log.WarnContext(ctx, "feishu: bot identity unknown; mentions judged by mentioned_type", "error", err)
+		return ""
+	}
+	c.botID = info.Bot.OpenID
+	c.log.InfoContext(ctx, "feishu: bot identity", "open_id", c.botID)
+	return c.botID
+}
+
+func str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
