@@ -490,6 +490,10 @@ func button(t *testing.T, content json.RawMessage, actionID string) map[string]a
 	return found
 }
 
+func newTestLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
 // syncBuffer is a bytes.Buffer safe for concurrent writers.
 type syncBuffer struct {
 	mu sync.Mutex

@@ -132,6 +132,7 @@ type Message struct {
 	ParentID      string          // replies only: the message replied to
 	ThreadID      string          // omt_...; set on thread roots and thread replies
 	ReplyInThread bool            // reply_in_thread as sent
+	Sender        string          // open_id of the user who wrote it (AddUserMessage); empty for the app's
 	UUID          string          // dedupe key as sent
 	CreateTime    time.Time
 	Patches       []Patch
@@ -329,6 +330,20 @@ func (s *Server) TokenRequests() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.tokenReqs
+}
+
+// AddUserMessage records a text message written by the user openID in
+// chatID (under rootID's topic when rootID is set), as a person's message the
+// app may reply to, and returns its ID. Put the ID in MessageEvent.MessageID.
+func (s *Server) AddUserMessage(chatID, openID, text, rootID string) string {
+	content, _ := json.Marshal(map[string]string{"text": text})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := &Message{ChatID: chatID, MsgType: "text", Content: content, Sender: openID}
+	if root, ok := s.byID[rootID]; ok {
+		m.RootID, m.ParentID, m.ThreadID = root.ID, root.ID, root.ThreadID
+	}
+	return s.addLocked(m).ID
 }
 
 // FailNext makes the next request to path answer HTTP status with Feishu code
