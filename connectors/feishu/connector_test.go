@@ -199,7 +199,7 @@ func TestInboundMessages(t *testing.T) {
 	b.push(feishutest.MessageEvent{EventID: "ev_4", SenderOpenID: member, ChatID: chatID, RootID: "om_root",
 		ParentID: "om_root", ThreadID: "omt_1", Text: "more detail please"})
 	b.push(feishutest.MessageEvent{EventID: "ev_5", SenderOpenID: member, ChatID: chatID, MessageType: "post",
-		Content: `{"title":"","content":[[{"tag":"at","user_id":"@_user_1","user_name":"roombridge"},{"tag":"text","text":" deploy it"}]]}`,
+		Content:  `{"title":"","content":[[{"tag":"at","user_id":"@_user_1","user_name":"roombridge"},{"tag":"text","text":" deploy it"}]]}`,
 		Mentions: []feishutest.Mention{bot}})
 	evs := b.rec.all()
 	want := []chat.Event{
