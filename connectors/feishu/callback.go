@@ -49,7 +49,13 @@ type refusal struct {
 // serveCallback verifies a callback (size, signature, timestamp, encryption,
 // verification token), answers url_verification, and hands events to the
 // dispatcher shared with the long connection. Each refusal is a clear status
-// and a log line, and nothing reaches the core.
+// and a log line, and nothing reaches the core. While Run does not run here
+// (before it starts, or on an HA follower, which serves the webhooks but not
+// the leader's work) events get 503 and Feishu delivers them again.
+//
+// Refusals are logged, not audited: an unauthenticated request has no actor
+// to record, and an audit record per forged request would let anyone fill
+// the store.
 func (c *Connector) serveCallback(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
 	if err != nil {
@@ -90,6 +96,10 @@ func (c *Connector) serveCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	if probe.Type == "url_verification" {
 		writeJSON(w, http.StatusOK, map[string]string{"challenge": probe.Challenge})
+		return
+	}
+	if c.running.Load() == 0 {
+		c.refuse(w, r, refusal{http.StatusServiceUnavailable, "not receiving events here (not the leader, or not started)"})
 		return
 	}
 	resp, err := c.disp.Do(r.Context(), plain)

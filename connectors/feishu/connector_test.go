@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -240,4 +241,46 @@ func TestAckBeforeSlowWork(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// Where the connector does not run (before Run, or on an HA follower that
+// serves the webhooks but not the leader's work) events get 503, so Feishu
+// delivers them again; the URL challenge is still answered.
+func TestCallbackWhileNotRunning(t *testing.T) {
+	t.Parallel()
+	app := fmt.Sprintf("cli_idle_%d", appSeq.Add(1))
+	fake := feishutest.New(app, appSecret)
+	defer fake.Close()
+	conn, err := feishu.New(feishu.Options{Mode: feishu.ModeCallback, AppID: app, AppSecret: appSecret,
+		VerificationToken: vtoken, EncryptKey: encryptKey, BaseURL: fake.URL(), Log: newTestLogger(&syncBuffer{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	h := conn.Routes(rec)["POST "+feishu.EventsPath]
+	post := func(body []byte) int {
+		enc, err := feishutest.Encrypt(encryptKey, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := feishutest.SignedRequest(context.Background(), "http://bridge"+feishu.EventsPath, encryptKey, []byte(enc), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w.Code
+	}
+	ev := feishutest.MessageEvent{Token: vtoken, SenderOpenID: member, ChatID: chatID, Text: "@_user_1 hi",
+		Mentions: []feishutest.Mention{{Key: "@_user_1", OpenID: fake.BotOpenID()}}}.JSON()
+	if code := post(ev); code != http.StatusServiceUnavailable {
+		t.Errorf("event while not running: %d, want 503", code)
+	}
+	challenge := []byte(`{"challenge":"c-1","token":"` + vtoken + `","type":"url_verification"}`)
+	if code := post(challenge); code != http.StatusOK {
+		t.Errorf("challenge while not running: %d, want 200", code)
+	}
+	if n := len(rec.all()); n != 0 {
+		t.Errorf("%d events reached the handler", n)
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -216,11 +218,18 @@ func TestCallbackRefusals(t *testing.T) {
 		if tc.mutate != nil {
 			tc.mutate(req.Header)
 		}
-		code, resp := h.do(req)
+		req.Close = true
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		code := resp.StatusCode
 		var answer struct {
 			Error string `json:"error"`
 		}
-		_ = json.Unmarshal(resp, &answer)
+		_ = json.Unmarshal(body, &answer)
 		if code != tc.status || answer.Error != tc.reason {
 			t.Errorf("%s: %d %q, want %d %q", tc.name, code, answer.Error, tc.status, tc.reason)
 		}

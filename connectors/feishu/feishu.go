@@ -118,6 +118,7 @@ type Connector struct {
 	disp  *dispatcher.EventDispatcher
 
 	handler atomic.Pointer[chat.Handler]
+	running atomic.Int32   // Run calls in progress: HTTP events are served only then
 	wg      sync.WaitGroup // handler calls and notices outliving their event
 
 	perChat *ratelimit.Spacer // sends into one chat; key: chat ID or "user:<open_id>"
@@ -236,6 +237,8 @@ func (c *Connector) Surface() string { return chat.Feishu }
 // callback mode they come through Routes and Run only waits.
 func (c *Connector) Run(ctx context.Context, h chat.Handler) error {
 	c.handler.Store(&h)
+	c.running.Add(1)
+	defer c.running.Add(-1)
 	defer c.wg.Wait()
 	if c.opts.Mode == ModeCallback {
 		c.log.InfoContext(ctx, "feishu: receiving events over HTTP", "path", EventsPath)

@@ -374,6 +374,7 @@ func (h *harness) post(body []byte, ts time.Time) (int, []byte) {
 
 func (h *harness) do(req *http.Request) (int, []byte) {
 	h.t.Helper()
+	req.Close = true // a connection per request: no reuse of one the server just closed
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		h.t.Fatal(err)
