@@ -209,6 +209,10 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (Result, error) {
 }
 
 func (s *Sweeper) sweep(ctx context.Context, e Expirer, now time.Time, res *Result) error {
+	// A fenced write means this instance lost leadership: stop at once.
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	seen := map[string]bool{} // handled in this sweep: never tried twice
 	var firstErr error
 	for ctx.Err() == nil {
@@ -231,6 +235,9 @@ func (s *Sweeper) sweep(ctx context.Context, e Expirer, now time.Time, res *Resu
 		sem := make(chan struct{}, s.o.Parallel)
 		for _, t := range todo {
 			sem <- struct{}{}
+			if ctx.Err() != nil {
+				break
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -244,6 +251,9 @@ func (s *Sweeper) sweep(ctx context.Context, e Expirer, now time.Time, res *Resu
 					res.Failed++
 					if firstErr == nil {
 						firstErr = err
+					}
+					if errors.Is(err, store.ErrFenced) {
+						cancel()
 					}
 					if ctx.Err() == nil {
 						s.log.ErrorContext(ctx, "expiring", "timer", t.ID, "error", err)
@@ -261,7 +271,7 @@ func (s *Sweeper) sweep(ctx context.Context, e Expirer, now time.Time, res *Resu
 		}
 	}
 	if firstErr == nil {
-		firstErr = ctx.Err()
+		firstErr = parent.Err()
 	}
 	return firstErr
 }

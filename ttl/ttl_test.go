@@ -20,6 +20,7 @@ type fakeExpirer struct {
 	mu      sync.Mutex
 	due     map[string]time.Time
 	fail    map[string]bool
+	fenced  bool
 	panics  atomic.Int32 // panics left to throw
 	calls   atomic.Int32
 	expired []string
@@ -53,6 +54,9 @@ func (f *fakeExpirer) Due(_ context.Context, now time.Time, limit int) ([]store.
 func (f *fakeExpirer) Expire(_ context.Context, t store.Timer, _ time.Time) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.fenced {
+		return false, store.ErrFenced
+	}
 	if f.fail[t.ID] {
 		return false, errors.New("disk on fire")
 	}
@@ -84,6 +88,20 @@ func TestSweepOncePagesAndSkipsFailures(t *testing.T) {
 	res, err := s.SweepOnce(context.Background())
 	if err == nil || res.Expired != 99 || res.Failed != 1 || f.left() != 1 {
 		t.Fatalf("sweep: %+v, %v; %d left", res, err, f.left())
+	}
+}
+
+// A fenced write (leadership lost) stops the sweep at once.
+func TestSweepStopsWhenFenced(t *testing.T) {
+	f := newFake(50, t0)
+	f.fenced = true
+	s, err := ttl.New(ttl.Options{Clock: clock.NewFake(t0), Parallel: 1}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.SweepOnce(context.Background())
+	if !errors.Is(err, store.ErrFenced) || res.Failed != 1 || f.left() != 50 {
+		t.Fatalf("%+v, %v", res, err)
 	}
 }
 
