@@ -166,7 +166,7 @@ func template(c *chat.Card) string {
 		return "green"
 	case strings.HasPrefix(s, "failed"), strings.HasPrefix(s, "denied"):
 		return "red"
-	case strings.HasPrefix(s, "cancelled"), strings.HasPrefix(s, "expired"):
+	case strings.HasPrefix(s, "cancelled"), strings.HasPrefix(s, "expired"), strings.HasPrefix(s, "withdrawn"):
 		return "grey"
 	}
 	return "blue"

@@ -285,7 +285,8 @@ func (c *Connector) StartThread(ctx context.Context, channel string, m chat.Mess
 		chat.MessageRef{Surface: chat.Feishu, Channel: channel, ID: id}, nil
 }
 
-// Reply posts m in the topic of t (reply_in_thread).
+// Reply posts m in the topic of t (reply_in_thread). Feishu cannot also show
+// a topic reply in the chat, so m.Broadcast has no effect here.
 func (c *Connector) Reply(ctx context.Context, t chat.ThreadRef, m chat.Message) (chat.MessageRef, error) {
 	msgType, content, err := messageContent(m)
 	if err != nil {
