@@ -1,9 +1,16 @@
-// Package agents runs agent turns: the Runtime interface and its exec runtime,
-// and the scheduler that works through each agent's requests one at a time, in
-// ID order, with different agents in parallel.
+// Package agents runs agent turns: the turn-based Runtime interface and its
+// runtimes (exec: the bridge's JSON-lines protocol; claude: Claude Code in
+// print mode; codex: codex exec --json), and the scheduler that works through
+// each agent's requests one at a time, in ID order, with different agents in
+// parallel, cancels at safe points and resumes after a restart.
 package agents
 
-import "context"
+import (
+	"context"
+
+	"github.com/roombridge/roombridge/approvals"
+	"github.com/roombridge/roombridge/requests"
+)
 
 // Turn is one turn of a request given to a runtime.
 type Turn struct {
@@ -19,8 +26,10 @@ type Turn struct {
 	Cancel <-chan struct{}
 }
 
-// Sink receives what the agent reports during a turn. Calls come from the
-// runtime's goroutine, in order.
+// Sink receives what the agent reports during a turn. Session, Tool,
+// Progress and Message are called from the runtime's goroutine, in order;
+// Call may run concurrently with them (an approval waits for a person while
+// the turn goes on).
 type Sink interface {
 	// Session records the runtime's session reference.
 	Session(ctx context.Context, id string) error
@@ -30,6 +39,10 @@ type Sink interface {
 	Progress(ctx context.Context, percent int, text string) error
 	// Message posts text to the request's thread.
 	Message(ctx context.Context, text string) error
+	// Call carries out a call of the agent (ask_agent, background_run,
+	// request_approval) and returns the response to write back. It returns
+	// when ctx ends, at the latest.
+	Call(ctx context.Context, ev Event) Response
 }
 
 // Outcome is how a turn ended.
@@ -38,12 +51,51 @@ type Outcome struct {
 	Final string
 	// Yielded: the agent ended its turn waiting (on a delegation or task).
 	Yielded bool
+	// Reason is why the agent yielded.
+	Reason string
 	// Stopped: the agent stopped after a cancel; Final holds what was done.
 	Stopped bool
 }
 
 // Runtime runs one turn of an agent. A returned error means the turn failed;
-// its text is the reason shown in the thread.
+// its text is the reason shown in the thread. When ctx ends (the bridge
+// shuts down or loses leadership) the runtime stops the agent process and
+// returns; the request stays running, to be resumed.
 type Runtime interface {
 	Run(ctx context.Context, t Turn, sink Sink) (Outcome, error)
+}
+
+// Approver answers an agent's request_approval during a run: it asks the
+// people of the request's room and blocks until they decide, the approval
+// expires or is withdrawn, or ctx ends. *approvals.Service implements it.
+type Approver interface {
+	RequestApproval(ctx context.Context, requestID, action string) (approvals.Decision, error)
+}
+
+var _ Approver = (*approvals.Service)(nil)
+
+// BackgroundRun is what an agent's background_run asks for: a command, or a
+// run of another agent, that reports back to the request that started it.
+type BackgroundRun struct {
+	Name    string
+	Command []string
+	// Agent and Text: a delegated agent run instead of a command.
+	Agent string
+	Text  string
+}
+
+// Delegator carries out delegation for the scheduler: ask_agent,
+// background_run, and what a yield waits on (DESIGN §3). Results come back
+// through Deliver (an InputAnswer or InputTaskResult), which starts the
+// waiting request's next turn. With no Delegator, calls are answered
+// "delegation is not available" and a yield fails the request.
+type Delegator interface {
+	// AskAgent creates a request for agent on behalf of from and a
+	// rendezvous from → it, and returns the new request's ID.
+	AskAgent(ctx context.Context, from requests.ID, agent, text string) (requests.ID, error)
+	// BackgroundRun starts a task for request from and returns its ID.
+	BackgroundRun(ctx context.Context, from requests.ID, run BackgroundRun) (string, error)
+	// Waiting reports whether request id, whose turn just yielded, has an
+	// open rendezvous or task whose result will wake it.
+	Waiting(ctx context.Context, id requests.ID) (bool, error)
 }

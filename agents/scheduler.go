@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
+	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
@@ -16,6 +18,14 @@ import (
 // actor is how the scheduler appears in the audit log.
 const actor = "system:scheduler"
 
+// Back-off after a store error in an agent's worker: doubling from
+// minRetry, capped at maxRetry (a store outage must not spin the CPU; a
+// recovered store is picked up within maxRetry).
+const (
+	minRetry = 100 * time.Millisecond
+	maxRetry = 5 * time.Second
+)
+
 // Agent is a named runtime the scheduler runs requests on.
 type Agent struct {
 	Name    string
@@ -23,17 +33,31 @@ type Agent struct {
 }
 
 // Scheduler runs each agent's requests one at a time in ID order, and
-// different agents in parallel. It is woken by store notifications; on start
-// it resumes every running request with its stored session.
+// different agents in parallel. Each agent has one worker, woken by store
+// notifications of its queue (no polling). On start, a worker first resumes
+// its agent's running request with the stored session, then takes approved
+// ones in ID order.
 type Scheduler struct {
 	svc     *requests.Service
 	threads *threads.Threads
 	agents  []Agent
 	log     *slog.Logger
+
+	// Approver answers agents' request_approval calls. Nil: they are
+	// answered "not approved: no approver configured".
+	Approver Approver
+	// Delegator carries out ask_agent and background_run and says what a
+	// yield waits on. Nil: those calls are answered "delegation is not
+	// available" and a yield fails the request.
+	Delegator Delegator
 }
 
-// NewScheduler returns a scheduler for agents.
+// NewScheduler returns a scheduler for agents. Set Approver and Delegator
+// before Run.
 func NewScheduler(svc *requests.Service, th *threads.Threads, log *slog.Logger, agents ...Agent) *Scheduler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	return &Scheduler{svc: svc, threads: th, agents: agents, log: log}
 }
 
@@ -52,38 +76,106 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	return nil
 }
 
+// jobKind is what a worker does with the request NextTx gave it.
+type jobKind int
+
+const (
+	jobStart  jobKind = iota + 1 // approved: start its first turn
+	jobResume                    // running, not waiting: its turn was cut by a restart
+	jobWake                      // running, waiting, input arrived: its next turn
+	jobCancel                    // running, waiting, cancel asked: end it now
+)
+
+// job is the next thing an agent's worker does.
+type job struct {
+	kind  jobKind
+	r     *requests.Request
+	inbox []inboxItem
+}
+
 func (s *Scheduler) work(ctx context.Context, a Agent) {
-	wake, cancel := s.svc.Store().Subscribe(requests.TopicAgent(a.Name))
-	defer cancel()
+	wake, unsub := s.svc.Store().Subscribe(requests.TopicAgent(a.Name))
+	defer unsub()
+	retry := time.Duration(0)
 	for ctx.Err() == nil {
-		var next *requests.Request
-		err := s.svc.Store().View(ctx, func(tx store.Tx) error {
-			var err error
-			next, err = s.svc.NextTx(tx, a.Name)
-			return err
-		})
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.ErrorContext(ctx, "reading queue", "agent", a.Name, "error", err)
-			}
+		j, err := s.next(ctx, a.Name)
+		if err == nil && j != nil {
+			err = s.run(ctx, a, j)
 		}
-		if err != nil || next == nil {
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			retry = min(max(2*retry, minRetry), maxRetry)
+			s.log.ErrorContext(ctx, "agent queue", "agent", a.Name, "error", err, "retry_in", retry)
+			t := time.NewTimer(retry)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
+		retry = 0
+		if j == nil {
 			select {
 			case <-ctx.Done():
 			case <-wake:
 			}
-			continue
 		}
-		s.run(ctx, a, next)
 	}
 }
 
-// run takes r from approved (or interrupted running) to a terminal state.
-func (s *Scheduler) run(ctx context.Context, a Agent, r *requests.Request) {
+// next reads what agent should do next: one index entry (NextTx), plus the
+// request's waiting marker and inbox. Nil: nothing to do until a wake.
+func (s *Scheduler) next(ctx context.Context, agent string) (*job, error) {
+	var j *job
+	err := s.svc.Store().View(ctx, func(tx store.Tx) error {
+		j = nil
+		r, err := s.svc.NextTx(tx, agent)
+		if err != nil || r == nil {
+			return err
+		}
+		in, err := inboxTx(tx, r)
+		if err != nil {
+			return err
+		}
+		if r.State == requests.Approved {
+			j = &job{kind: jobStart, r: r, inbox: in}
+			return nil
+		}
+		parked, err := parkedTx(tx, r)
+		switch {
+		case err != nil:
+			return err
+		case !parked:
+			j = &job{kind: jobResume, r: r, inbox: in}
+		case r.CancelRequested:
+			j = &job{kind: jobCancel, r: r, inbox: in}
+		case len(in) > 0:
+			j = &job{kind: jobWake, r: r, inbox: in}
+		}
+		return nil
+	})
+	return j, err
+}
+
+// run takes the job's request through one turn and records how it ended. An
+// error is a store error worth a retry; a failed turn is not an error.
+func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
+	r := j.r
 	log := s.log.With("request_id", r.ID.String(), "agent", a.Name)
-	resumed := r.State == requests.Running
 	var err error
-	if resumed {
+	switch j.kind {
+	case jobStart:
+		r, err = s.svc.Apply(ctx, r.ID, requests.Change{Event: requests.Start, Actor: actor})
+	case jobResume:
+		if r.CancelRequested {
+			// Cancelled while the bridge was down: no process runs, so
+			// this is the safe point.
+			log.InfoContext(ctx, "cancelled while interrupted")
+			return s.end(ctx, r.ID, requests.Cancel, "", r.Result, j.inbox)
+		}
 		err = s.svc.Store().Update(ctx, func(tx store.Tx) error {
 			if _, err := s.svc.UpdateTx(tx, r.ID, actor, "interrupted", "the bridge stopped while the request ran", func(*requests.Request) {}); err != nil {
 				return err
@@ -93,90 +185,202 @@ func (s *Scheduler) run(ctx context.Context, a Agent, r *requests.Request) {
 				Detail: "resumed with session " + orNone(r.Session)})
 			return err
 		})
-	} else {
-		r, err = s.svc.Apply(ctx, r.ID, requests.Change{Event: requests.Start, Actor: actor})
+	case jobCancel:
+		return s.end(ctx, r.ID, requests.Cancel, "", r.Result, j.inbox)
+	case jobWake:
+		err = s.svc.Store().Update(ctx, func(tx store.Tx) error {
+			if err := tx.Delete(bucketParked, requestKey(r)); err != nil {
+				return err
+			}
+			var err error
+			r, err = s.svc.UpdateTx(tx, r.ID, actor, "wake", fmt.Sprintf("next turn with %d new input(s)", len(j.inbox)),
+				func(r *requests.Request) { r.Activity = "" })
+			return err
+		})
 	}
 	if err != nil {
-		if ctx.Err() == nil {
-			log.ErrorContext(ctx, "starting request", "error", err)
+		if errors.Is(err, requests.ErrIllegalTransition) {
+			// Changed under us (e.g. cancelled as it was picked): re-read.
+			return nil
 		}
-		return
+		return fmt.Errorf("agents: start %s: %w", j.r.ID, err)
 	}
-	log.InfoContext(ctx, "turn starting", "resumed", resumed, "session", r.Session)
+	resumed := j.kind == jobResume
+	log.InfoContext(ctx, "turn starting", "resumed", resumed, "session", r.Session, "inputs", len(j.inbox))
 
-	input, err := s.input(ctx, r)
+	input, err := s.input(ctx, r, j)
 	if err != nil {
-		s.end(ctx, r.ID, requests.Fail, err.Error(), "")
-		return
+		return s.end(ctx, r.ID, requests.Fail, err.Error(), "", j.inbox)
 	}
-	cancelCh, stopWatch := s.watchCancel(ctx, r.ID)
+	cancelCh, stopWatch := s.watchCancel(ctx, r)
 	defer stopWatch()
 	out, err := a.Runtime.Run(ctx, Turn{
 		RequestID: r.ID.String(), Agent: a.Name, Session: r.Session, Resumed: resumed,
 		Input: input, Cancel: cancelCh,
 	}, &sink{s: s, id: r.ID})
-	if ctx.Err() != nil {
+	if ctx.Err() != nil && (err != nil || out.Stopped) {
 		log.InfoContext(ctx, "turn interrupted by shutdown; will resume")
-		return
+		return nil
 	}
+	// The outcome is recorded even if shutdown began after it arrived.
+	ctx = context.WithoutCancel(ctx)
 	switch {
 	case err != nil:
 		log.WarnContext(ctx, "turn failed", "error", err)
-		s.end(ctx, r.ID, requests.Fail, err.Error(), "")
+		return s.end(ctx, r.ID, requests.Fail, err.Error(), "", j.inbox)
 	case out.Stopped:
-		s.end(ctx, r.ID, requests.Cancel, "", out.Final)
+		return s.end(ctx, r.ID, requests.Cancel, "", out.Final, j.inbox)
 	case out.Yielded:
-		s.end(ctx, r.ID, requests.Fail, "the agent yielded, but it waits on nothing", "")
+		return s.yield(ctx, r, out.Reason, j.inbox)
 	default:
-		s.end(ctx, r.ID, requests.Finish, "", out.Final)
+		return s.end(ctx, r.ID, requests.Finish, "", out.Final, j.inbox)
 	}
 }
 
-// end applies the terminal event. A cancel keeps the reason recorded when it
-// was requested.
-func (s *Scheduler) end(ctx context.Context, id requests.ID, ev requests.Event, reason, result string) {
-	_, err := s.svc.Apply(ctx, id, requests.Change{Event: ev, Actor: actor, Detail: reason,
-		Mutate: func(r *requests.Request) {
-			if reason != "" {
-				r.Reason = reason
+// yield parks a request whose agent ended its turn waiting, if the
+// delegator knows what it waits on; otherwise the request fails.
+func (s *Scheduler) yield(ctx context.Context, r *requests.Request, reason string, got []inboxItem) error {
+	waiting, err := false, error(nil)
+	if s.Delegator != nil {
+		waiting, err = s.Delegator.Waiting(ctx, r.ID)
+	}
+	switch {
+	case err != nil:
+		return s.end(ctx, r.ID, requests.Fail, "the agent yielded: "+err.Error(), "", got)
+	case !waiting && s.Delegator == nil:
+		return s.end(ctx, r.ID, requests.Fail, "the agent yielded, but delegation is not available", "", got)
+	case !waiting:
+		return s.end(ctx, r.ID, requests.Fail, "the agent yielded, but it waits on nothing", "", got)
+	}
+	return s.svc.Store().Update(ctx, func(tx store.Tx) error {
+		if err := tx.Put(bucketParked, requestKey(r), []byte(reason)); err != nil {
+			return err
+		}
+		for _, it := range got {
+			if err := tx.Delete(bucketInbox, it.key); err != nil {
+				return err
 			}
-			r.Result = result
-			r.Progress, r.Activity = 0, ""
-		}})
-	if err != nil && ctx.Err() == nil {
-		s.log.ErrorContext(ctx, "ending request", "request_id", id.String(), "event", ev.String(), "error", err)
-	}
+		}
+		_, err := s.svc.UpdateTx(tx, r.ID, actor, "yield", reason, func(r *requests.Request) {
+			r.Activity = "waiting"
+			if reason != "" {
+				r.Activity += ": " + reason
+			}
+		})
+		return err
+	})
 }
 
-// input builds a turn's input: the ask, then the results of the requests it
-// mentions.
-func (s *Scheduler) input(ctx context.Context, r *requests.Request) ([]Input, error) {
-	in := []Input{{Kind: InputAsk, Text: r.Ask, RequestID: r.ID.String()}}
-	for _, id := range r.References {
-		ref, err := s.svc.Get(ctx, id)
+// end applies the terminal event and, in the same transaction, acknowledges
+// the inbox items the turn got; items that arrived too late are recorded as
+// undelivered (audit and a notice in the thread), never silently dropped. A
+// cancel keeps the reason recorded when it was asked; a stop that nobody
+// asked for is a failure.
+func (s *Scheduler) end(ctx context.Context, id requests.ID, ev requests.Event, reason, result string, got []inboxItem) error {
+	acked := map[string]bool{}
+	for _, it := range got {
+		acked[it.key] = true
+	}
+	return s.svc.Store().Update(ctx, func(tx store.Tx) error {
+		r, err := s.svc.GetTx(tx, id)
 		if err != nil {
-			return nil, fmt.Errorf("reference %s: %w", id, err)
+			return err
 		}
-		text := ref.Result
-		if text == "" && ref.Reason != "" {
-			text = ref.Reason
+		ev, reason := ev, reason
+		if ev == requests.Cancel && !r.CancelRequested {
+			ev, reason = requests.Fail, "the agent stopped before it finished"
 		}
-		in = append(in, Input{Kind: InputReference, RequestID: id.String(), State: ref.State.String(), Text: text})
+		after, err := s.svc.ApplyTx(tx, id, requests.Change{Event: ev, Actor: actor, Detail: reason,
+			Mutate: func(r *requests.Request) {
+				if reason != "" {
+					r.Reason = reason
+				}
+				r.Result = result
+				r.Progress, r.Activity = 0, ""
+			}})
+		if errors.Is(err, requests.ErrIllegalTransition) {
+			s.log.WarnContext(ctx, "request changed before its turn ended", "request_id", id.String(), "error", err)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := tx.Delete(bucketParked, requestKey(r)); err != nil {
+			return err
+		}
+		items, err := inboxTx(tx, r)
+		if err != nil {
+			return err
+		}
+		for _, it := range items {
+			if err := tx.Delete(bucketInbox, it.key); err != nil {
+				return err
+			}
+			if acked[it.key] {
+				continue
+			}
+			what := it.in.Kind
+			if it.in.From != "" {
+				what += " from " + it.in.From
+			}
+			if err := audit.Append(tx, audit.Record{Time: after.Updated, RequestID: id.String(), Actor: actor,
+				Action: "undelivered", From: after.State.String(), To: after.State.String(),
+				Detail: what + " arrived after the last turn: " + trimLine(it.in.Text, 200)}); err != nil {
+				return err
+			}
+			if err := s.threads.Reply(tx, after, chat.Message{Kind: "notice",
+				Text: fmt.Sprintf("(%s arrived after the agent's last turn and was not delivered)", what)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// input builds a turn's input: a request's ask and the results of the
+// requests it mentions (not on a turn after a yield: the session has them),
+// then what arrived for it.
+func (s *Scheduler) input(ctx context.Context, r *requests.Request, j *job) ([]Input, error) {
+	var in []Input
+	if j.kind != jobWake {
+		in = append(in, Input{Kind: InputAsk, Text: r.Ask, RequestID: r.ID.String()})
+		err := s.svc.Store().View(ctx, func(tx store.Tx) error {
+			for _, id := range r.References {
+				ref, err := s.svc.GetTx(tx, id)
+				if err != nil {
+					return fmt.Errorf("reference %s: %w", id, err)
+				}
+				text := ref.Result
+				if text == "" && ref.Reason != "" {
+					text = ref.Reason
+				}
+				in = append(in, Input{Kind: InputReference, RequestID: id.String(), State: ref.State.String(), Text: text})
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	for _, it := range j.inbox {
+		in = append(in, it.in)
 	}
 	return in, nil
 }
 
-// watchCancel returns a channel closed once request id has a cancel request.
-func (s *Scheduler) watchCancel(ctx context.Context, id requests.ID) (<-chan struct{}, func()) {
+// watchCancel returns a channel closed once request r has a cancel request.
+func (s *Scheduler) watchCancel(ctx context.Context, r *requests.Request) (<-chan struct{}, func()) {
 	ch := make(chan struct{})
 	ctx, cancel := context.WithCancel(ctx)
-	r, _ := s.svc.Get(ctx, id)
 	wake, unsub := s.svc.Store().Subscribe(requests.TopicAgent(r.Agent))
+	var wg sync.WaitGroup
+	wg.Add(1)
 	go func() {
+		defer wg.Done()
 		defer unsub()
 		for {
-			r, err := s.svc.Get(ctx, id)
-			if err == nil && r.CancelRequested {
+			cur, err := s.svc.Get(ctx, r.ID)
+			if err == nil && cur.CancelRequested {
 				close(ch)
 				return
 			}
@@ -187,7 +391,7 @@ func (s *Scheduler) watchCancel(ctx context.Context, id requests.ID) (<-chan str
 			}
 		}
 	}()
-	return ch, cancel
+	return ch, func() { cancel(); wg.Wait() }
 }
 
 func orNone(s string) string {
@@ -216,7 +420,7 @@ func (k *sink) Session(ctx context.Context, id string) error {
 
 func (k *sink) Tool(ctx context.Context, phase, name string) error {
 	return k.update(ctx, "", "", func(r *requests.Request) {
-		if phase == "start" {
+		if phase == PhaseStart {
 			r.Activity = name
 		} else {
 			r.Activity = ""
@@ -226,7 +430,7 @@ func (k *sink) Tool(ctx context.Context, phase, name string) error {
 
 func (k *sink) Progress(ctx context.Context, percent int, text string) error {
 	if percent < 0 || percent > 100 {
-		return errors.New("agent reported progress outside 0-100")
+		return fmt.Errorf("%w: progress %d is outside 0-100", ErrProtocol, percent)
 	}
 	return k.update(ctx, "", "", func(r *requests.Request) { r.Progress, r.Activity = percent, text })
 }
@@ -239,4 +443,57 @@ func (k *sink) Message(ctx context.Context, text string) error {
 		}
 		return k.s.threads.Reply(tx, r, chat.Message{Kind: "reply", Text: text})
 	})
+}
+
+// Call serves an agent's call through the scheduler's Approver and
+// Delegator. A call nobody can serve is answered so, and audited.
+func (k *sink) Call(ctx context.Context, ev Event) Response {
+	s := k.s
+	switch ev.Type {
+	case EventRequestApproval:
+		if s.Approver == nil {
+			return k.refuse(ctx, ev, Response{Text: "not approved: no approver configured"})
+		}
+		d, err := s.Approver.RequestApproval(ctx, k.id.String(), ev.Action)
+		if err != nil {
+			return Response{Text: "not approved: " + err.Error(), Error: err.Error()}
+		}
+		return Response{OK: d.Approved(), Text: d.Answer(), Approval: d.Approval}
+	case EventAskAgent:
+		if s.Delegator == nil {
+			return k.refuse(ctx, ev, Response{Error: "delegation is not available"})
+		}
+		id, err := s.Delegator.AskAgent(ctx, k.id, ev.Agent, ev.Text)
+		if err != nil {
+			return Response{Error: err.Error()}
+		}
+		return Response{OK: true, RequestID: id.String()}
+	case EventBackgroundRun:
+		if s.Delegator == nil {
+			return k.refuse(ctx, ev, Response{Error: "delegation is not available"})
+		}
+		task, err := s.Delegator.BackgroundRun(ctx, k.id, BackgroundRun{Name: ev.Name, Command: ev.Command, Agent: ev.Agent, Text: ev.Text})
+		if err != nil {
+			return Response{Error: err.Error()}
+		}
+		return Response{OK: true, TaskID: task}
+	}
+	return Response{Error: "unknown call " + ev.Type}
+}
+
+// refuse audits a call that nobody can serve and returns its answer.
+func (k *sink) refuse(ctx context.Context, ev Event, resp Response) Response {
+	err := k.s.svc.Store().Update(ctx, func(tx store.Tx) error {
+		r, err := k.s.svc.GetTx(tx, k.id)
+		if err != nil {
+			return err
+		}
+		return audit.Append(tx, audit.Record{Time: k.s.svc.Clock().Now().UTC(), RequestID: k.id.String(),
+			Actor: "agent:" + r.Agent, Action: "call_refused", From: r.State.String(), To: r.State.String(),
+			Detail: ev.Type + ": " + firstNonEmpty(resp.Error, resp.Text)})
+	})
+	if err != nil && ctx.Err() == nil {
+		k.s.log.WarnContext(ctx, "auditing a refused call", "request_id", k.id.String(), "error", err)
+	}
+	return resp
 }

@@ -4,18 +4,30 @@
 //
 // Directives, separated by ";" or new lines:
 //
-//	echo TEXT        the final answer is TEXT
-//	say TEXT         post TEXT to the thread
-//	progress N [T]   report N% (and what it is doing)
-//	tool NAME DUR    run a tool NAME for DUR (a safe point follows its end)
-//	sleep DUR        wait DUR outside any tool
-//	fail REASON      report an error and exit 1
-//	exit N           exit with status N without a final answer
-//	garbage          write a line that is not JSON
-//	yield            end the turn waiting
+//	echo TEXT          the final answer is TEXT
+//	say TEXT           post TEXT to the thread
+//	progress N [T]     report N% (and what it is doing)
+//	tool NAME DUR      run a tool NAME for DUR (a safe point follows its end);
+//	                   DUR may instead be a file path: the tool runs until it exists
+//	sleep DUR          wait DUR outside any tool (a cancel ends the wait)
+//	approve ACTION     ask permission for ACTION (request_approval), say the answer
+//	ask AGENT TEXT     ask another agent (ask_agent; "|" in TEXT stands for ";");
+//	                   on success, yield waiting on it
+//	background NAME CMD...  start a background command (background_run)
+//	yield [REASON]     end the turn waiting
+//	fail REASON        report an error and exit 1
+//	exit N             exit with status N without a final answer
+//	garbage            write a line that is not JSON
+//	big N              write one line of N bytes
+//	linger DUR         after the final answer, stay alive DUR
+//	trap               ignore SIGINT and SIGTERM from now on
+//	touch PATH         create the file PATH
+//	await PATH         wait (up to 30 s) until the file PATH exists
 //
-// Anything else makes the final answer "echo: <ask>". If DEMO_AGENT_LOG names
-// a file, every turn, session, tool start and end and cancel is appended to it.
+// Anything else makes the final answer "echo: <ask>". A turn without an ask
+// (the turn after a yield) answers with a summary of its input. If
+// DEMO_AGENT_LOG names a file, every turn, session, input, tool start and
+// end, call, cancel, stop and final is appended to it, one line each.
 package demo
 
 import (
@@ -24,13 +36,20 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/roombridge/roombridge/agents"
 )
+
+// awaitLimit bounds an await directive, so a broken test never leaves an
+// agent behind forever.
+const awaitLimit = 30 * time.Second
 
 // Main runs one turn on stdin/stdout and returns the process exit code.
 func Main(stdin io.Reader, stdout io.Writer) int {
@@ -41,33 +60,49 @@ func Main(stdin io.Reader, stdout io.Writer) int {
 		return 2
 	}
 	var turn agents.TurnMessage
-	if err := json.Unmarshal(line, &turn); err != nil || turn.Type != "turn" {
+	if err := json.Unmarshal(line, &turn); err != nil || turn.Type != agents.MsgTurn {
 		fmt.Fprintf(os.Stderr, "demo-agent: bad turn: %v\n", err)
 		return 2
 	}
-	a := &agent{out: json.NewEncoder(stdout), raw: stdout, turn: turn, cancel: make(chan struct{})}
-	a.logf("turn %s session=%q resumed=%v", turn.RequestID, turn.Session, turn.Resumed)
+	a := &agent{out: json.NewEncoder(stdout), raw: stdout, turn: turn, cancel: make(chan struct{}),
+		waiting: map[string]chan agents.Response{}}
+	a.logf("turn %s session=%q resumed=%v inputs=%d", turn.RequestID, turn.Session, turn.Resumed, len(turn.Input))
 	go a.readControl(in)
 	return a.run()
 }
 
 type agent struct {
-	mu       sync.Mutex
-	out      *json.Encoder
-	raw      io.Writer
-	turn     agents.TurnMessage
-	cancel   chan struct{}
-	once     sync.Once
-	progress []string
+	mu      sync.Mutex
+	out     *json.Encoder
+	raw     io.Writer
+	turn    agents.TurnMessage
+	cancel  chan struct{}
+	once    sync.Once
+	done    []string
+	calls   int
+	waiting map[string]chan agents.Response
 }
 
+// readControl reads the bridge's later messages: cancel and responses.
 func (a *agent) readControl(in *bufio.Reader) {
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
-		var m agents.ControlMessage
-		if json.Unmarshal(sc.Bytes(), &m) == nil && m.Type == "cancel" {
+		var m agents.Response
+		if json.Unmarshal(sc.Bytes(), &m) != nil {
+			continue
+		}
+		switch m.Type {
+		case agents.MsgCancel:
 			a.logf("cancel received %s", a.turn.RequestID)
 			a.once.Do(func() { close(a.cancel) })
+		case agents.MsgResponse:
+			a.mu.Lock()
+			ch := a.waiting[m.ID]
+			delete(a.waiting, m.ID)
+			a.mu.Unlock()
+			if ch != nil {
+				ch <- m
+			}
 		}
 	}
 }
@@ -76,6 +111,25 @@ func (a *agent) emit(ev agents.Event) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	_ = a.out.Encode(ev)
+}
+
+// call emits a call and waits for its response (or a cancel).
+func (a *agent) call(ev agents.Event) (agents.Response, bool) {
+	ch := make(chan agents.Response, 1)
+	a.mu.Lock()
+	a.calls++
+	ev.ID = fmt.Sprintf("c%d", a.calls)
+	a.waiting[ev.ID] = ch
+	a.mu.Unlock()
+	a.logf("call %s %s %s", a.turn.RequestID, ev.Type, ev.ID)
+	a.emit(ev)
+	select {
+	case r := <-ch:
+		a.logf("response %s %s ok=%v %s%s%s%s", a.turn.RequestID, ev.ID, r.OK, r.Text, r.Error, r.RequestID, r.TaskID)
+		return r, true
+	case <-a.cancel:
+		return agents.Response{}, false
+	}
 }
 
 func (a *agent) logf(format string, args ...any) {
@@ -91,6 +145,20 @@ func (a *agent) logf(format string, args ...any) {
 	fmt.Fprintf(f, "%s %s\n", time.Now().UTC().Format("15:04:05.000000"), fmt.Sprintf(format, args...))
 }
 
+// await waits until the file path exists (at most awaitLimit) and logs
+// whether it did.
+func (a *agent) await(path string) {
+	deadline := time.Now().Add(awaitLimit)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(path); err == nil {
+			a.logf("await %s found %s", a.turn.RequestID, path)
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	a.logf("await %s timeout %s", a.turn.RequestID, path)
+}
+
 func (a *agent) cancelled() bool {
 	select {
 	case <-a.cancel:
@@ -103,7 +171,7 @@ func (a *agent) cancelled() bool {
 // stop answers a cancel at a safe point.
 func (a *agent) stop() int {
 	a.logf("stopped %s", a.turn.RequestID)
-	a.emit(agents.Event{Type: agents.EventStopped, Text: strings.Join(a.progress, "; ")})
+	a.emit(agents.Event{Type: agents.EventStopped, Text: strings.Join(a.done, "; ")})
 	return 0
 }
 
@@ -116,73 +184,134 @@ func (a *agent) run() int {
 		a.logf("resumed session %s for %s", session, a.turn.RequestID)
 	}
 	a.logf("session %s %s", a.turn.RequestID, session)
-	var ask string
-	var refs []string
+	ask, hasAsk := "", false
+	var refs, other []string
 	for _, in := range a.turn.Input {
 		switch in.Kind {
 		case agents.InputAsk:
-			ask = in.Text
+			ask, hasAsk = in.Text, true
 		case agents.InputReference:
 			refs = append(refs, fmt.Sprintf("%s (%s): %s", in.RequestID, in.State, in.Text))
 			a.logf("reference %s %s", in.RequestID, in.Text)
+		default:
+			s := strings.Join(slices.DeleteFunc([]string{in.Kind, in.From, in.RequestID, in.TaskID},
+				func(s string) bool { return s == "" }), " ") + ": " + in.Text
+			other = append(other, s)
+			a.logf("input %s %s", a.turn.RequestID, s)
 		}
 	}
-	final := ""
-	directive := false
+	if !hasAsk {
+		a.emit(agents.Event{Type: agents.EventFinal, Text: "got " + strings.Join(other, "; ")})
+		a.logf("final %s", a.turn.RequestID)
+		return 0
+	}
+	final, directive, linger := "", false, time.Duration(0)
 	for _, step := range strings.FieldsFunc(ask, func(r rune) bool { return r == ';' || r == '\n' }) {
 		if a.cancelled() {
 			return a.stop()
 		}
 		verb, arg, _ := strings.Cut(strings.TrimSpace(step), " ")
 		arg = strings.TrimSpace(arg)
+		known := true
 		switch verb {
 		case "echo":
-			final, directive = arg, true
+			final = arg
 		case "say":
 			a.emit(agents.Event{Type: agents.EventMessage, Text: arg})
-			a.progress = append(a.progress, "said "+arg)
-			directive = true
+			a.done = append(a.done, "said "+arg)
 		case "progress":
 			n, text, _ := strings.Cut(arg, " ")
 			p, _ := strconv.Atoi(n)
 			a.emit(agents.Event{Type: agents.EventProgress, Percent: p, Text: text})
-			directive = true
 		case "tool":
 			name, dur, _ := strings.Cut(arg, " ")
-			d, _ := time.ParseDuration(strings.TrimSpace(dur))
+			dur = strings.TrimSpace(dur)
 			a.logf("tool start %s %s", a.turn.RequestID, name)
-			a.emit(agents.Event{Type: agents.EventTool, Phase: "start", Name: name})
-			time.Sleep(d) // the tool's work
-			a.emit(agents.Event{Type: agents.EventTool, Phase: "end", Name: name})
+			a.emit(agents.Event{Type: agents.EventTool, Phase: agents.PhaseStart, Name: name})
+			// The tool's work (a cancel does not cut it): a duration, or
+			// until a file exists.
+			if d, err := time.ParseDuration(dur); err == nil {
+				time.Sleep(d)
+			} else {
+				a.await(dur)
+			}
+			a.emit(agents.Event{Type: agents.EventTool, Phase: agents.PhaseEnd, Name: name})
 			a.logf("tool end %s %s", a.turn.RequestID, name)
-			a.progress = append(a.progress, "ran "+name)
-			directive = true
+			a.done = append(a.done, "ran "+name)
 		case "sleep":
 			d, _ := time.ParseDuration(arg)
 			select {
 			case <-time.After(d):
 			case <-a.cancel:
 			}
-			directive = true
+		case "approve":
+			r, ok := a.call(agents.Event{Type: agents.EventRequestApproval, Action: arg})
+			if !ok {
+				return a.stop()
+			}
+			a.emit(agents.Event{Type: agents.EventMessage, Text: "approval: " + r.Text})
+			a.done = append(a.done, "asked to "+arg+": "+r.Text)
+		case "ask":
+			who, text, _ := strings.Cut(arg, " ")
+			text = strings.ReplaceAll(text, "|", ";")
+			r, ok := a.call(agents.Event{Type: agents.EventAskAgent, Agent: who, Text: text})
+			if !ok {
+				return a.stop()
+			}
+			if r.OK {
+				a.emit(agents.Event{Type: agents.EventYield, Reason: "waiting on " + r.RequestID})
+				a.logf("yield %s", a.turn.RequestID)
+				return 0
+			}
+			a.emit(agents.Event{Type: agents.EventMessage, Text: "ask_agent failed: " + r.Error})
+		case "background":
+			name, cmd, _ := strings.Cut(arg, " ")
+			r, ok := a.call(agents.Event{Type: agents.EventBackgroundRun, Name: name, Command: strings.Fields(cmd)})
+			if !ok {
+				return a.stop()
+			}
+			if r.OK {
+				a.emit(agents.Event{Type: agents.EventMessage, Text: "started task " + r.TaskID})
+			} else {
+				a.emit(agents.Event{Type: agents.EventMessage, Text: "background_run failed: " + r.Error})
+			}
+		case "yield":
+			a.emit(agents.Event{Type: agents.EventYield, Reason: arg})
+			a.logf("yield %s", a.turn.RequestID)
+			return 0
 		case "fail":
 			a.emit(agents.Event{Type: agents.EventError, Message: arg})
 			fmt.Fprintln(os.Stderr, "demo-agent: failing:", arg)
 			return 1
 		case "exit":
 			n, _ := strconv.Atoi(arg)
+			fmt.Fprintf(os.Stderr, "demo-agent: exiting with status %d\n", n)
 			return n
 		case "garbage":
 			fmt.Fprintln(a.raw, "this is not json")
-			directive = true
-		case "yield":
-			a.emit(agents.Event{Type: agents.EventYield, Reason: arg})
-			return 0
+		case "big":
+			n, _ := strconv.Atoi(arg)
+			a.mu.Lock()
+			fmt.Fprintf(a.raw, "{\"type\":\"message\",\"text\":\"%s\"}\n", strings.Repeat("x", max(n-30, 0)))
+			a.mu.Unlock()
+		case "linger":
+			linger, _ = time.ParseDuration(arg)
+		case "trap":
+			signal.Ignore(syscall.SIGINT, syscall.SIGTERM)
+			a.logf("trapping signals %s", a.turn.RequestID)
+		case "touch":
+			_ = os.WriteFile(arg, nil, 0o644)
+		case "await":
+			a.await(arg)
+		default:
+			known = false
 		}
+		directive = directive || known
 	}
 	if a.cancelled() {
 		return a.stop()
 	}
-	if !directive {
+	if final == "" && !directive {
 		final = "echo: " + ask
 	}
 	if len(refs) > 0 {
@@ -190,5 +319,8 @@ func (a *agent) run() int {
 	}
 	a.emit(agents.Event{Type: agents.EventFinal, Text: final})
 	a.logf("final %s", a.turn.RequestID)
+	if linger > 0 {
+		time.Sleep(linger)
+	}
 	return 0
 }

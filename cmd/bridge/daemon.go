@@ -119,6 +119,7 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 		ags = append(ags, agents.Agent{Name: name, Runtime: rt})
 	}
 	sched := agents.NewScheduler(svc, th, log, ags...)
+	sched.Approver = appr // agents' request_approval during a run
 	deliver := threads.NewDeliverer(db, clk, log, be.outbound(conns)...)
 
 	api := httpapi.New(httpapi.Options{Service: svc, Router: router, Token: token, Log: log, Ready: be.ready})
@@ -193,9 +194,13 @@ func runtimeFor(cfg *config.Config, name string, a config.Agent) (agents.Runtime
 	}
 	switch a.Kind {
 	case "exec":
-		return &agents.Exec{Command: a.Command, Workdir: workdir}, nil
+		return &agents.Exec{Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout}, nil
+	case "claude":
+		return &agents.Claude{Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout}, nil
+	case "codex":
+		return &agents.Codex{Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout}, nil
 	}
-	return nil, fmt.Errorf("agents.%s.kind: the %s runtime is not available yet", name, a.Kind)
+	return nil, fmt.Errorf("agents.%s.kind: unknown kind %q (want exec, claude or codex)", name, a.Kind)
 }
 
 // apiToken reads the API token, creating a random one (mode 0600) when the

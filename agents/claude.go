@@ -1,0 +1,184 @@
+package agents
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Claude runs Claude Code in print mode with streaming JSON output, one
+// process per turn:
+//
+//	claude -p PROMPT --output-format stream-json --verbose [--resume=SESSION] [extra flags]
+//
+// The session ID comes from the init event (and is replaced by a later
+// event's if it differs); tool_use blocks start tools and tool_result blocks
+// end them (the safe points); the result event is the final answer or the
+// failure. Stdin is /dev/null; a cancel is SIGINT at the next safe point,
+// then SIGTERM and SIGKILL.
+type Claude struct {
+	// Command is the CLI (default "claude") and extra flags after it, such
+	// as --model, --permission-mode or --allowedTools.
+	Command     []string
+	Workdir     string
+	Env         []string
+	Grace       time.Duration
+	TurnTimeout time.Duration
+	MaxLine     int
+}
+
+// Args is the command line of turn t.
+func (c *Claude) Args(t Turn) []string {
+	bin, extra := "claude", []string(nil)
+	if len(c.Command) > 0 {
+		bin, extra = c.Command[0], c.Command[1:]
+	}
+	args := []string{bin, "-p", Prompt(t), "--output-format", "stream-json", "--verbose"}
+	if t.Session != "" {
+		// The = form: --resume takes an optional value, so a value starting
+		// with a dash would otherwise be read as a flag.
+		args = append(args, "--resume="+t.Session)
+	}
+	return append(args, extra...)
+}
+
+// Run implements Runtime.
+func (c *Claude) Run(ctx context.Context, t Turn, sink Sink) (Outcome, error) {
+	p := &process{argv: c.Args(t), dir: c.Workdir, env: c.Env, grace: c.Grace, timeout: c.TurnTimeout,
+		maxLine: c.MaxLine, dec: &claudeDecoder{session: t.Session}}
+	return p.run(ctx, t, sink)
+}
+
+// claudeLine is the part of a stream-json line the adapter reads.
+type claudeLine struct {
+	Type            string          `json:"type"`
+	Subtype         string          `json:"subtype"`
+	SessionID       string          `json:"session_id"`
+	ParentToolUseID *string         `json:"parent_tool_use_id"`
+	Message         *claudeMessage  `json:"message"`
+	Result          *string         `json:"result"`
+	IsError         bool            `json:"is_error"`
+	Errors          []string        `json:"errors"`
+	Error           string          `json:"error"`
+	Denials         []claudeDenial  `json:"permission_denials"`
+	MCPServers      []claudeMCPStat `json:"mcp_servers"`
+}
+
+type claudeMessage struct {
+	Content json.RawMessage `json:"content"`
+}
+
+type claudeBlock struct {
+	Type      string `json:"type"`
+	Text      string `json:"text"`
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	ToolUseID string `json:"tool_use_id"`
+}
+
+type claudeDenial struct {
+	ToolName string `json:"tool_name"`
+}
+
+type claudeMCPStat struct {
+	Name   string `json:"name"`
+	Status string `json:"status"`
+}
+
+// claudeDecoder maps stream-json lines to protocol events.
+type claudeDecoder struct {
+	session  string
+	tools    map[string]string // open tool_use id → name
+	lastText string
+}
+
+func (d *claudeDecoder) decode(line []byte) ([]Event, error) {
+	if line[0] != '{' {
+		return nil, nil // not JSON (the SDK skips such lines too)
+	}
+	var l claudeLine
+	if err := json.Unmarshal(line, &l); err != nil {
+		return nil, fmt.Errorf("%w: claude: unreadable event: %.120q", ErrProtocol, line)
+	}
+	var evs []Event
+	if l.SessionID != "" && l.SessionID != d.session {
+		// Always keep the latest: resume may or may not keep the ID.
+		d.session = l.SessionID
+		evs = append(evs, Event{Type: EventSession, ID: l.SessionID})
+	}
+	if l.ParentToolUseID != nil && *l.ParentToolUseID != "" {
+		return evs, nil // a sub-agent's step, inside a running Task tool
+	}
+	switch l.Type {
+	case "system":
+		if l.Subtype == "init" {
+			for _, s := range l.MCPServers {
+				if s.Status != "connected" {
+					evs = append(evs, Event{Type: EventMessage, Text: fmt.Sprintf("(MCP server %s is %s)", s.Name, s.Status)})
+				}
+			}
+		}
+	case "assistant":
+		for _, b := range blocks(l.Message) {
+			switch b.Type {
+			case "text":
+				if strings.TrimSpace(b.Text) != "" {
+					d.lastText = b.Text
+				}
+			case "tool_use":
+				if d.tools == nil {
+					d.tools = map[string]string{}
+				}
+				d.tools[b.ID] = b.Name
+				evs = append(evs, Event{Type: EventTool, Phase: PhaseStart, Name: b.Name})
+			}
+		}
+	case "user":
+		for _, b := range blocks(l.Message) {
+			if name, ok := d.tools[b.ToolUseID]; ok && b.Type == "tool_result" {
+				delete(d.tools, b.ToolUseID)
+				evs = append(evs, Event{Type: EventTool, Phase: PhaseEnd, Name: name})
+			}
+		}
+	case "result":
+		if len(l.Denials) > 0 {
+			var names []string
+			for _, dn := range l.Denials {
+				names = append(names, dn.ToolName)
+			}
+			evs = append(evs, Event{Type: EventMessage, Text: "Claude Code was not permitted to use: " + strings.Join(names, ", ")})
+		}
+		text := ""
+		if l.Result != nil {
+			text = *l.Result
+		}
+		if l.IsError || strings.HasPrefix(l.Subtype, "error") {
+			msg := firstNonEmpty(strings.Join(l.Errors, "; "), text, l.Subtype)
+			return append(evs, Event{Type: EventError, Message: "claude: " + msg}), nil
+		}
+		if text == "" {
+			text = d.lastText
+		}
+		evs = append(evs, Event{Type: EventFinal, Text: text})
+	}
+	return evs, nil
+}
+
+// blocks returns a message's content blocks (content may be a plain string).
+func blocks(m *claudeMessage) []claudeBlock {
+	if m == nil || len(m.Content) == 0 || m.Content[0] != '[' {
+		return nil
+	}
+	var bs []claudeBlock
+	_ = json.Unmarshal(m.Content, &bs)
+	return bs
+}
+
+func (d *claudeDecoder) partial() string {
+	if d.lastText == "" {
+		return ""
+	}
+	return "last said: " + d.lastText
+}

@@ -1,0 +1,183 @@
+package agents
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Codex runs the Codex CLI non-interactively with JSON output, one process
+// per turn:
+//
+//	codex exec --json --skip-git-repo-check [extra flags] [resume SESSION] PROMPT
+//
+// The session is the thread ID of thread.started; item.started and
+// item.completed of a tool item (a command, an MCP call, a web search, a
+// file change) start and end tools (the safe points); turn.completed ends
+// the turn with the last agent message as the answer, turn.failed fails it.
+// Stdin is /dev/null (codex would read an open pipe into the prompt); a
+// cancel is SIGINT at the next safe point, then SIGTERM and SIGKILL. Codex
+// exec never asks for approvals: its sandbox is chosen before the turn, by
+// the extra flags (e.g. --sandbox workspace-write).
+type Codex struct {
+	// Command is the CLI (default "codex") and extra flags for exec.
+	Command     []string
+	Workdir     string
+	Env         []string
+	Grace       time.Duration
+	TurnTimeout time.Duration
+	MaxLine     int
+}
+
+// Args is the command line of turn t.
+func (c *Codex) Args(t Turn) []string {
+	bin, extra := "codex", []string(nil)
+	if len(c.Command) > 0 {
+		bin, extra = c.Command[0], c.Command[1:]
+	}
+	// The bridge picks the working directory, which need not be a git
+	// repository.
+	args := append([]string{bin, "exec", "--json", "--skip-git-repo-check"}, extra...)
+	if t.Session != "" {
+		args = append(args, "resume", t.Session)
+	}
+	return append(args, Prompt(t))
+}
+
+// Run implements Runtime.
+func (c *Codex) Run(ctx context.Context, t Turn, sink Sink) (Outcome, error) {
+	p := &process{argv: c.Args(t), dir: c.Workdir, env: c.Env, grace: c.Grace, timeout: c.TurnTimeout,
+		maxLine: c.MaxLine, dec: &codexDecoder{session: t.Session}}
+	return p.run(ctx, t, sink)
+}
+
+type codexLine struct {
+	Type     string     `json:"type"`
+	ThreadID string     `json:"thread_id"`
+	Item     *codexItem `json:"item"`
+	Message  string     `json:"message"`
+	Error    *struct {
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+type codexItem struct {
+	ID      string `json:"id"`
+	Type    string `json:"type"`
+	Text    string `json:"text"`
+	Command string `json:"command"`
+	Server  string `json:"server"`
+	Tool    string `json:"tool"`
+	Query   string `json:"query"`
+	Items   []struct {
+		Completed bool `json:"completed"`
+	} `json:"items"`
+}
+
+// codexDecoder maps codex exec --json lines to protocol events.
+type codexDecoder struct {
+	session   string
+	open      map[string]string // started tool item id → name
+	lastText  string
+	lastError string
+}
+
+func (d *codexDecoder) decode(line []byte) ([]Event, error) {
+	if line[0] != '{' {
+		return nil, nil
+	}
+	var l codexLine
+	if err := json.Unmarshal(line, &l); err != nil {
+		return nil, fmt.Errorf("%w: codex: unreadable event: %.120q", ErrProtocol, line)
+	}
+	switch l.Type {
+	case "thread.started":
+		if l.ThreadID != "" && l.ThreadID != d.session {
+			d.session = l.ThreadID
+			return []Event{{Type: EventSession, ID: l.ThreadID}}, nil
+		}
+	case "item.started", "item.updated":
+		it := l.Item
+		if it == nil {
+			return nil, nil
+		}
+		if it.Type == "todo_list" && len(it.Items) > 0 {
+			done := 0
+			for _, x := range it.Items {
+				if x.Completed {
+					done++
+				}
+			}
+			return []Event{{Type: EventProgress, Percent: done * 100 / len(it.Items), Text: "plan"}}, nil
+		}
+		if name := codexToolName(it); name != "" && l.Type == "item.started" {
+			if d.open == nil {
+				d.open = map[string]string{}
+			}
+			if _, dup := d.open[it.ID]; !dup {
+				d.open[it.ID] = name
+				return []Event{{Type: EventTool, Phase: PhaseStart, Name: name}}, nil
+			}
+		}
+	case "item.completed":
+		it := l.Item
+		if it == nil {
+			return nil, nil
+		}
+		if it.Type == "agent_message" && it.Text != "" {
+			d.lastText = it.Text
+		}
+		if name, ok := d.open[it.ID]; ok {
+			delete(d.open, it.ID)
+			return []Event{{Type: EventTool, Phase: PhaseEnd, Name: name}}, nil
+		}
+	case "error":
+		// Not always fatal (reconnect notices); turn.failed decides.
+		d.lastError = l.Message
+	case "turn.completed":
+		return []Event{{Type: EventFinal, Text: d.lastText}}, nil
+	case "turn.failed":
+		msg := ""
+		if l.Error != nil {
+			msg = l.Error.Message
+		}
+		return []Event{{Type: EventError, Message: "codex: " + firstNonEmpty(msg, d.lastError, "turn failed")}}, nil
+	}
+	return nil, nil
+}
+
+// codexToolName names a tool item as the status line shows it; "" for items
+// that are not tools (messages, reasoning, plans, warnings).
+func codexToolName(it *codexItem) string {
+	switch it.Type {
+	case "command_execution":
+		return "shell: " + trimLine(it.Command, 80)
+	case "mcp_tool_call":
+		return "mcp: " + it.Server + "." + it.Tool
+	case "web_search":
+		return "web_search"
+	case "file_change":
+		return "file_change"
+	case "agent_message", "reasoning", "todo_list", "error", "":
+		return ""
+	}
+	return it.Type
+}
+
+func (d *codexDecoder) partial() string {
+	if d.lastText == "" {
+		return ""
+	}
+	return "last said: " + d.lastText
+}
+
+// trimLine cuts s to its first line and at most n bytes.
+func trimLine(s string, n int) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return s
+}

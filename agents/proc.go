@@ -1,0 +1,527 @@
+package agents
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Limits of the agent runtimes.
+const (
+	// MaxLine bounds one line of agent output (default); a longer line is a
+	// protocol error. The Claude Agent SDK uses the same bound.
+	MaxLine = 1 << 20
+	// stderrTail is how much of the agent's stderr a failure reason quotes.
+	stderrTail = 2048
+	// DefaultGrace is how long a stopping agent gets before each escalation
+	// (cancel message → SIGINT → SIGTERM → SIGKILL), and how long it may take
+	// to exit after its final answer. The Claude Agent SDK waits 5 s too.
+	DefaultGrace = 5 * time.Second
+)
+
+// ErrProtocol: the agent broke its output protocol.
+var ErrProtocol = errors.New("agent protocol error")
+
+// stopSignals is the escalation after a safe point, a timeout or shutdown,
+// one grace period apart.
+var stopSignals = []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL}
+
+// decoder turns an agent's stdout lines into protocol events. It is called
+// from one goroutine; partial is called after the last decode.
+type decoder interface {
+	decode(line []byte) ([]Event, error)
+	// partial is what the agent said so far, for an incomplete result.
+	partial() string
+}
+
+// process is one agent process serving one turn. The exec, claude and codex
+// runtimes differ only in the command line, what goes to stdin and how
+// stdout is read; starting, reading, cancelling at safe points, stopping and
+// judging the end are this one piece of code.
+type process struct {
+	argv    []string
+	dir     string
+	env     []string
+	grace   time.Duration
+	timeout time.Duration
+	maxLine int
+	// turn, when set, is written to stdin as the first line and stdin stays
+	// open for the cancel message and responses to calls (exec protocol).
+	// When nil, stdin is /dev/null and a cancel is SIGINT at the next safe
+	// point (CLI agents).
+	turn any
+	dec  decoder
+}
+
+// item is one thing read from stdout: an event or a read error.
+type item struct {
+	ev  Event
+	err error
+}
+
+// run starts the process, serves the turn and returns its outcome.
+func (p *process) run(ctx context.Context, t Turn, sink Sink) (Outcome, error) {
+	if len(p.argv) == 0 || p.argv[0] == "" {
+		return Outcome{}, errors.New("no command configured")
+	}
+	if p.grace <= 0 {
+		p.grace = DefaultGrace
+	}
+	if p.maxLine <= 0 {
+		p.maxLine = MaxLine
+	}
+	if p.dir != "" {
+		if err := os.MkdirAll(p.dir, 0o755); err != nil {
+			return Outcome{}, fmt.Errorf("workdir: %w", err)
+		}
+	}
+	cmd := exec.Command(p.argv[0], p.argv[1:]...)
+	cmd.Dir = p.dir
+	cmd.Env = append(os.Environ(), p.env...)
+	cmd.SysProcAttr = sysProcAttr()
+	// A grandchild that keeps stderr open must not keep Wait from returning.
+	cmd.WaitDelay = p.grace
+	var stderr tailBuffer
+	cmd.Stderr = &stderr
+	// Our own pipe (not StdoutPipe) so that Wait may run while stdout is
+	// still being read: an agent that exits while a grandchild holds stdout
+	// open is noticed.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return Outcome{}, fmt.Errorf("start %s: %w", p.argv[0], err)
+	}
+	cmd.Stdout = outW
+	var stdin io.WriteCloser
+	if p.turn != nil {
+		if stdin, err = cmd.StdinPipe(); err != nil {
+			outR.Close()
+			outW.Close()
+			return Outcome{}, fmt.Errorf("start %s: %w", p.argv[0], err)
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		outR.Close()
+		outW.Close()
+		return Outcome{}, fmt.Errorf("start %s: %w", p.argv[0], err)
+	}
+	outW.Close()
+	d := &driver{p: p, cmd: cmd, sink: sink, stderr: &stderr, stdout: outR}
+	if stdin != nil {
+		d.in = newStdinWriter(stdin)
+		d.in.send(p.turn)
+	}
+	return d.loop(ctx, t, outR)
+}
+
+// driver is the state of one running turn.
+type driver struct {
+	p      *process
+	cmd    *exec.Cmd
+	sink   Sink
+	in     *stdinWriter // nil: no stdin protocol
+	stderr *tailBuffer
+
+	inTool     int
+	cancelling bool
+	cancelAt   time.Time
+	ended      bool
+	out        Outcome
+	failure    error
+	ran        []string // tools that ended, in order
+
+	stage  int // next of stopSignals to send
+	timer  *time.Timer
+	timerC <-chan time.Time
+	// stdout is closed on our side when even SIGKILL did not end it (a
+	// grandchild in another process group holds it): the turn never hangs.
+	stdout    *os.File
+	abandoned bool
+
+	callCtx context.Context
+	calls   sync.WaitGroup
+	results chan Response
+}
+
+func (d *driver) loop(ctx context.Context, t Turn, out *os.File) (Outcome, error) {
+	items := make(chan item)
+	go d.read(out, items)
+	exited := make(chan error, 1)
+	go func() { exited <- d.cmd.Wait() }()
+
+	var stopCalls context.CancelFunc
+	d.callCtx, stopCalls = context.WithCancel(ctx)
+	d.results = make(chan Response)
+	var timeoutC <-chan time.Time
+	if d.p.timeout > 0 {
+		tm := time.NewTimer(d.p.timeout)
+		defer tm.Stop()
+		timeoutC = tm.C
+	}
+	cancelC := t.Cancel
+	ctxDone := ctx.Done()
+	var waitErr error
+	exitedC := (<-chan error)(exited)
+	eof := false
+	for !eof || exitedC != nil {
+		select {
+		case it, ok := <-items:
+			switch {
+			case !ok:
+				eof, items = true, nil
+			case it.err != nil:
+				d.fail(it.err)
+			default:
+				d.handle(ctx, it.ev)
+			}
+		case waitErr = <-exitedC:
+			// The agent is gone; whatever still holds its stdout gets one
+			// grace period, then the stop signals.
+			exitedC = nil
+			if !eof {
+				d.arm()
+			}
+		case <-cancelC:
+			cancelC = nil
+			d.cancel()
+		case r := <-d.results:
+			if !d.ended && d.failure == nil && d.in != nil {
+				d.in.send(r)
+			}
+		case <-d.timerC:
+			d.timer, d.timerC = nil, nil
+			if d.stage < len(stopSignals) {
+				d.escalate()
+			} else {
+				d.abandoned = true
+				_ = d.stdout.Close()
+			}
+		case <-timeoutC:
+			timeoutC = nil
+			if !d.ended && d.failure == nil {
+				d.failure = fmt.Errorf("turn timed out after %s", d.p.timeout)
+			}
+			d.escalate()
+		case <-ctxDone:
+			ctxDone = nil
+			d.escalate()
+		}
+	}
+	d.stopTimer()
+	if d.in != nil {
+		d.in.close()
+	}
+	stopCalls()
+	d.calls.Wait()
+
+	switch {
+	case d.failure != nil:
+		return Outcome{}, d.reason(d.failure)
+	case d.ended:
+		return d.out, nil
+	case ctx.Err() != nil:
+		return Outcome{}, fmt.Errorf("turn interrupted: %w", ctx.Err())
+	case d.cancelling:
+		return Outcome{Stopped: true, Final: d.partial()}, nil
+	case waitErr != nil:
+		return Outcome{}, d.reason(fmt.Errorf("agent exited without a final answer (%v)", waitErr))
+	default:
+		return Outcome{}, d.reason(errors.New("agent exited without a final answer"))
+	}
+}
+
+// read decodes stdout into items until EOF. After a bad line it reports the
+// error and discards the rest, so the agent never blocks on a full pipe.
+func (d *driver) read(r *os.File, items chan<- item) {
+	defer close(items)
+	defer r.Close()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), d.p.maxLine)
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		evs, err := d.p.dec.decode(line)
+		if err != nil {
+			items <- item{err: err}
+			_, _ = io.Copy(io.Discard, r)
+			return
+		}
+		for _, ev := range evs {
+			items <- item{ev: ev}
+		}
+	}
+	if err := sc.Err(); err != nil && !errors.Is(err, os.ErrClosed) {
+		if errors.Is(err, bufio.ErrTooLong) {
+			err = fmt.Errorf("%w: an output line is over %d bytes", ErrProtocol, d.p.maxLine)
+		}
+		items <- item{err: err}
+		_, _ = io.Copy(io.Discard, r)
+	}
+}
+
+// handle acts on one event. Anything after the end of the turn (or a
+// failure) is ignored.
+func (d *driver) handle(ctx context.Context, ev Event) {
+	if d.ended || d.failure != nil {
+		return
+	}
+	var err error
+	switch ev.Type {
+	case EventSession:
+		if ev.ID == "" {
+			err = fmt.Errorf("%w: a session event without an id", ErrProtocol)
+			break
+		}
+		err = d.sink.Session(ctx, ev.ID)
+	case EventTool:
+		switch ev.Phase {
+		case PhaseStart:
+			if d.cancelling && d.stage == 0 {
+				if time.Since(d.cancelAt) > d.p.grace {
+					// A new tool long after the cancel: interrupt it.
+					d.escalate()
+				} else {
+					// Started before the agent read the cancel: the end
+					// of this tool is the safe point.
+					d.stopTimer()
+				}
+			}
+			d.inTool++
+		case PhaseEnd:
+			if d.inTool > 0 {
+				d.inTool--
+			}
+			d.ran = append(d.ran, ev.Name)
+		default:
+			err = fmt.Errorf("%w: tool phase %q (want start or end)", ErrProtocol, ev.Phase)
+		}
+		if err == nil {
+			err = d.sink.Tool(ctx, ev.Phase, ev.Name)
+		}
+		if err == nil && ev.Phase == PhaseEnd && d.cancelling && d.inTool == 0 {
+			d.safePoint()
+		}
+	case EventProgress:
+		err = d.sink.Progress(ctx, ev.Percent, ev.Text)
+	case EventMessage:
+		err = d.sink.Message(ctx, ev.Text)
+	case EventAskAgent, EventBackgroundRun, EventRequestApproval:
+		err = d.call(ev)
+	case EventFinal:
+		d.out.Final, d.ended = ev.Text, true
+	case EventYield:
+		d.out.Yielded, d.out.Reason, d.ended = true, ev.Reason, true
+	case EventStopped:
+		d.out.Stopped, d.out.Final, d.ended = true, ev.Text, true
+		if d.out.Final == "" {
+			d.out.Final = d.partial()
+		}
+	case EventError:
+		err = fmt.Errorf("agent reported: %s", firstNonEmpty(ev.Message, ev.Reason, ev.Text))
+	default:
+		err = fmt.Errorf("%w: unknown event type %q", ErrProtocol, ev.Type)
+	}
+	if err != nil {
+		d.fail(err)
+		return
+	}
+	if d.ended {
+		// The answer is in; the agent gets one grace period to exit.
+		if d.in != nil {
+			d.in.close()
+		}
+		d.arm()
+	}
+}
+
+// call runs an agent's call in its own goroutine (an approval may wait for
+// hours) and feeds the response back through the loop.
+func (d *driver) call(ev Event) error {
+	if d.in == nil {
+		return fmt.Errorf("%w: %s needs the exec protocol", ErrProtocol, ev.Type)
+	}
+	if ev.ID == "" {
+		return fmt.Errorf("%w: %s without an id", ErrProtocol, ev.Type)
+	}
+	d.calls.Add(1)
+	go func() {
+		defer d.calls.Done()
+		r := d.sink.Call(d.callCtx, ev)
+		r.Type, r.ID = MsgResponse, ev.ID
+		select {
+		case d.results <- r:
+		case <-d.callCtx.Done():
+		}
+	}()
+	return nil
+}
+
+// cancel starts stopping the agent at its next safe point: an exec agent is
+// told at once (and finishes the tool it runs); a CLI agent gets SIGINT when
+// no tool runs.
+func (d *driver) cancel() {
+	if d.ended || d.failure != nil || d.cancelling {
+		return
+	}
+	d.cancelling, d.cancelAt = true, time.Now()
+	if d.in != nil {
+		d.in.send(ControlMessage{Type: MsgCancel})
+	}
+	if d.inTool == 0 {
+		d.safePoint()
+	}
+}
+
+// safePoint: no tool runs and a cancel is pending.
+func (d *driver) safePoint() {
+	if d.in != nil {
+		d.arm() // the agent was told; it has one grace period to stop
+		return
+	}
+	d.escalate()
+}
+
+// fail records the first failure and kills the agent.
+func (d *driver) fail(err error) {
+	if d.failure == nil && !d.ended {
+		d.failure = err
+	}
+	d.stopTimer()
+	killGroup(d.cmd, syscall.SIGKILL)
+	d.stage = len(stopSignals)
+	d.arm()
+}
+
+// escalate sends the next stop signal now and arms the one after it.
+func (d *driver) escalate() {
+	d.stopTimer()
+	if d.stage < len(stopSignals) {
+		killGroup(d.cmd, stopSignals[d.stage])
+		d.stage++
+	}
+	d.arm()
+}
+
+// arm schedules the next stop signal one grace period from now (after
+// SIGKILL: giving up on stdout), unless one is scheduled already.
+func (d *driver) arm() {
+	if d.timerC != nil || d.abandoned {
+		return
+	}
+	d.timer = time.NewTimer(d.p.grace)
+	d.timerC = d.timer.C
+}
+
+func (d *driver) stopTimer() {
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timer, d.timerC = nil, nil
+	}
+}
+
+// partial describes what an incomplete turn did: the tools it ran and what
+// the agent last said.
+func (d *driver) partial() string {
+	var parts []string
+	if len(d.ran) > 0 {
+		parts = append(parts, "ran "+strings.Join(d.ran, ", "))
+	}
+	if s := d.p.dec.partial(); s != "" {
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (d *driver) reason(err error) error {
+	if tail := strings.TrimSpace(d.stderr.String()); tail != "" {
+		return fmt.Errorf("%w (stderr: %s)", err, tail)
+	}
+	return err
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return "(no reason given)"
+}
+
+// killGroup signals the agent's whole process group.
+func killGroup(cmd *exec.Cmd, sig syscall.Signal) {
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, sig)
+	}
+}
+
+// stdinWriter writes messages to the agent's stdin from its own goroutine,
+// so that an agent that does not read never blocks the turn. Write errors
+// (the agent exited) are dropped: the outcome is judged from stdout and the
+// exit status.
+type stdinWriter struct {
+	msgs chan any
+	once sync.Once
+}
+
+func newStdinWriter(w io.WriteCloser) *stdinWriter {
+	s := &stdinWriter{msgs: make(chan any, 64)}
+	go func() {
+		defer w.Close()
+		enc := json.NewEncoder(w)
+		for m := range s.msgs {
+			if err := enc.Encode(m); err != nil {
+				for range s.msgs {
+				}
+				return
+			}
+		}
+	}()
+	return s
+}
+
+// send queues m; it never blocks the turn (a full queue drops the message:
+// only an agent that reads nothing fills it).
+func (s *stdinWriter) send(m any) {
+	defer func() { _ = recover() }() // send after close: the turn ended
+	select {
+	case s.msgs <- m:
+	default:
+	}
+}
+
+// close ends stdin after the queued messages.
+func (s *stdinWriter) close() { s.once.Do(func() { close(s.msgs) }) }
+
+// tailBuffer keeps the last stderrTail bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if len(b.buf) > stderrTail {
+		b.buf = b.buf[len(b.buf)-stderrTail:]
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}

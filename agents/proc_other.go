@@ -1,0 +1,11 @@
+//go:build unix && !linux
+
+package agents
+
+import "syscall"
+
+// sysProcAttr puts the agent in its own process group, so that stop signals
+// reach its children too.
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}

@@ -1,0 +1,38 @@
+package agents
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Prompt renders a turn's input as the prompt of a CLI agent (claude,
+// codex): the ask first, then each other item under a header that says what
+// it is. It never starts with "-", so it cannot be read as a flag.
+func Prompt(t Turn) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "[roombridge request %s]", t.RequestID)
+	if t.Resumed {
+		b.WriteString(" The bridge restarted while you worked on this request; continue where you left off.")
+	}
+	b.WriteString("\n")
+	for _, in := range t.Input {
+		var head string
+		switch in.Kind {
+		case InputAsk:
+			b.WriteString("\n" + in.Text + "\n")
+			continue
+		case InputReference:
+			head = fmt.Sprintf("result of %s (%s), mentioned in the ask", in.RequestID, in.State)
+		case InputReply:
+			head = "reply in the thread from " + in.From
+		case InputTaskResult:
+			head = fmt.Sprintf("background task %s ended (%s)", in.TaskID, in.State)
+		case InputAnswer:
+			head = fmt.Sprintf("answer of %s (%s)", in.RequestID, in.State)
+		default:
+			head = in.Kind
+		}
+		fmt.Fprintf(&b, "\n--- %s ---\n%s\n", head, in.Text)
+	}
+	return b.String()
+}
