@@ -25,6 +25,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/connectors/ratelimit"
 	"github.com/roombridge/roombridge/threads"
 )
 
@@ -137,8 +138,8 @@ type Connector struct {
 	api  *slackgo.Client
 	log  *slog.Logger
 
-	posts   *spacer       // per channel
-	edits   *spacer       // per message
+	posts   *ratelimit.Spacer // per channel
+	edits   *ratelimit.Spacer // per message
 	updates *rate.Limiter // app-wide chat.update budget
 	inbound *pool
 
@@ -184,8 +185,8 @@ func New(opts Options) (*Connector, error) {
 		opts:    opts,
 		api:     slackgo.New(opts.BotToken, apiOpts...),
 		log:     log,
-		posts:   newSpacer(opts.PostSpacing),
-		edits:   newSpacer(opts.EditSpacing),
+		posts:   ratelimit.NewSpacer(opts.PostSpacing),
+		edits:   ratelimit.NewSpacer(opts.EditSpacing),
 		updates: rate.NewLimiter(rate.Every(opts.UpdateEvery), opts.UpdateBurst),
 		dms:     map[string]string{},
 	}
@@ -268,14 +269,13 @@ func (c *Connector) Reply(ctx context.Context, t chat.ThreadRef, m chat.Message)
 // EditSpacing per message, within the app's chat.update budget. A card
 // without buttons replaces one with buttons (an approval's outcome).
 func (c *Connector) Update(ctx context.Context, ref chat.MessageRef, m chat.Message) error {
-	err := c.edits.do(ctx, ref.Channel+"/"+ref.ID, func() error {
+	return c.edits.Do(ctx, ref.Channel+"/"+ref.ID, func() error {
 		if err := c.updates.Wait(ctx); err != nil {
 			return err
 		}
 		_, _, _, err := c.api.UpdateMessageContext(ctx, ref.Channel, ref.ID, c.content(m, true)...)
-		return err
+		return classify("chat.update", err)
 	})
-	return classify("chat.update", err)
 }
 
 // Direct opens (or reuses) the direct message channel with user and posts m
@@ -312,12 +312,12 @@ func (c *Connector) dmChannel(ctx context.Context, user string) (string, error) 
 // post sends chat.postMessage into channel, paced per channel.
 func (c *Connector) post(ctx context.Context, channel string, opts ...slackgo.MsgOption) (string, error) {
 	var ts string
-	err := c.posts.do(ctx, channel, func() error {
+	err := c.posts.Do(ctx, channel, func() error {
 		var err error
 		_, ts, err = c.api.PostMessageContext(ctx, channel, opts...)
-		return err
+		return classify("chat.postMessage", err)
 	})
-	return ts, classify("chat.postMessage", err)
+	return ts, err
 }
 
 // content is the text and blocks of m. For an update, a message without a
@@ -365,13 +365,4 @@ func classify(method string, err error) error {
 		return fmt.Errorf("%w: %w", threads.ErrPermanent, err)
 	}
 	return err
-}
-
-// retryAfter is how long Slack asked us to wait, if it did.
-func retryAfter(err error) time.Duration {
-	var rl *slackgo.RateLimitedError
-	if errors.As(err, &rl) {
-		return rl.RetryAfter
-	}
-	return 0
 }
