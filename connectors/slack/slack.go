@@ -140,7 +140,7 @@ type Connector struct {
 
 	posts   *ratelimit.Spacer // per channel
 	edits   *ratelimit.Spacer // per message
-	updates *rate.Limiter // app-wide chat.update budget
+	updates *rate.Limiter     // app-wide chat.update budget
 	inbound *pool
 
 	botUser atomic.Pointer[string] // the bot's user ID, from auth.test
