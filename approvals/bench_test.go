@@ -128,9 +128,13 @@ func (f *benchFixture) addDue(b *testing.B, n int) {
 }
 
 // BenchmarkSweep measures one sweep over `pending` not-due approvals while
-// `due` are due: each iteration adds `due` due approvals (untimed), then
-// sweeps once (timed). Run with -benchtime=3x or so: the 1,000,000 fixture
-// takes a while to build (it is built once per size).
+// `due` are due: each iteration adds `due` due approvals with their cards
+// (untimed), then sweeps once (timed): every expiry moves its request to
+// expired with its audit record and queues five effects (two card copies,
+// the thread's outcome, its status line). Run with -benchtime=5x or so: the
+// 1,000,000 fixture takes about 30 s and 2.5 GB to build (once per size, in
+// the temp dir). best-ms/worst-ms are the fastest and slowest sweep;
+// SWEEP_PROFILE=file writes a CPU profile of the timed sweeps only.
 func BenchmarkSweep(b *testing.B) {
 	for _, c := range []struct{ pending, due int }{
 		{10_000, 0}, {10_000, 1_000}, {10_000, 10_000},
