@@ -30,6 +30,7 @@ const fixtureBatch = 10_000
 // CreateTx path in big batched Updates. Cards are not posted for them (as if
 // delivered long ago); the due approvals each iteration adds have cards.
 type benchFixture struct {
+	dir   string
 	db    *bolt.DB
 	clk   *clock.Fake
 	cards *requests.Service // creates requests whose approvals post cards
@@ -87,7 +88,7 @@ func fixture(b *testing.B, pending int) *benchFixture {
 	createMany(b, db, plain, clk, benchStart, pending)
 	info, _ := os.Stat(db.Path())
 	b.Logf("fixture: %d pending approvals in %v, bolt file %d MiB", pending, time.Since(start).Round(time.Millisecond), info.Size()>>20)
-	f := &benchFixture{db: db, clk: clk, cards: cards, appr: appr, sweep: sw}
+	f := &benchFixture{dir: dir, db: db, clk: clk, cards: cards, appr: appr, sweep: sw}
 	benchFixtures[pending] = f
 	return f
 }
@@ -136,6 +137,13 @@ func (f *benchFixture) addDue(b *testing.B, n int) {
 // the temp dir). best-ms/worst-ms are the fastest and slowest sweep;
 // SWEEP_PROFILE=file writes a CPU profile of the timed sweeps only.
 func BenchmarkSweep(b *testing.B) {
+	b.Cleanup(func() {
+		for n, f := range benchFixtures {
+			_ = f.db.Close()
+			_ = os.RemoveAll(f.dir)
+			delete(benchFixtures, n)
+		}
+	})
 	for _, c := range []struct{ pending, due int }{
 		{10_000, 0}, {10_000, 1_000}, {10_000, 10_000},
 		{100_000, 0}, {100_000, 1_000}, {100_000, 10_000},
