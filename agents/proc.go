@@ -194,6 +194,15 @@ func (d *driver) loop(ctx context.Context, t Turn, out *os.File) (Outcome, error
 			cancelC = nil
 			d.cancel()
 		case r := <-d.results:
+			// A cancel that is known goes first: the agent must not read an
+			// answer (say, an approval withdrawn by that cancel) as leave
+			// to go on.
+			select {
+			case <-cancelC:
+				cancelC = nil
+				d.cancel()
+			default:
+			}
 			if !d.ended && d.failure == nil && d.in != nil {
 				d.in.send(r)
 			}

@@ -217,7 +217,7 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 	out, err := a.Runtime.Run(ctx, Turn{
 		RequestID: r.ID.String(), Agent: a.Name, Session: r.Session, Resumed: resumed,
 		Input: input, Cancel: cancelCh,
-	}, &sink{s: s, id: r.ID})
+	}, &sink{s: s, id: r.ID, cancel: cancelCh})
 	if ctx.Err() != nil && (err != nil || out.Stopped) {
 		log.InfoContext(ctx, "turn interrupted by shutdown; will resume")
 		return nil
@@ -403,8 +403,9 @@ func orNone(s string) string {
 
 // sink records what the agent reports, through the store.
 type sink struct {
-	s  *Scheduler
-	id requests.ID
+	s      *Scheduler
+	id     requests.ID
+	cancel <-chan struct{} // the turn's cancel
 }
 
 func (k *sink) update(ctx context.Context, action, detail string, fn func(*requests.Request)) error {
@@ -446,8 +447,21 @@ func (k *sink) Message(ctx context.Context, text string) error {
 }
 
 // Call serves an agent's call through the scheduler's Approver and
-// Delegator. A call nobody can serve is answered so, and audited.
+// Delegator. A call nobody can serve is answered so, and audited. If the
+// request's cancel was asked meanwhile, the answer waits until the turn
+// knows of the cancel, so that the agent hears of the cancel first.
 func (k *sink) Call(ctx context.Context, ev Event) Response {
+	resp := k.call(ctx, ev)
+	if r, err := k.s.svc.Get(ctx, k.id); err == nil && r.CancelRequested {
+		select {
+		case <-k.cancel:
+		case <-ctx.Done():
+		}
+	}
+	return resp
+}
+
+func (k *sink) call(ctx context.Context, ev Event) Response {
 	s := k.s
 	switch ev.Type {
 	case EventRequestApproval:
