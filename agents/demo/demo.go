@@ -66,7 +66,7 @@ func Main(stdin io.Reader, stdout io.Writer) int {
 	}
 	a := &agent{out: json.NewEncoder(stdout), raw: stdout, turn: turn, cancel: make(chan struct{}),
 		waiting: map[string]chan agents.Response{}}
-	a.logf("turn %s session=%q resumed=%v inputs=%d", turn.RequestID, turn.Session, turn.Resumed, len(turn.Input))
+	a.logf("turn %s session=%q resumed=%v inputs=%d pid=%d", turn.RequestID, turn.Session, turn.Resumed, len(turn.Input), os.Getpid())
 	go a.readControl(in)
 	return a.run()
 }
