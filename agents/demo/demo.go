@@ -64,7 +64,7 @@ func Main(stdin io.Reader, stdout io.Writer) int {
 		fmt.Fprintf(os.Stderr, "demo-agent: bad turn: %v\n", err)
 		return 2
 	}
-	a := &agent{out: json.NewEncoder(stdout), raw: stdout, turn: turn, cancel: make(chan struct{}),
+	a := &agent{out: json.NewEncoder(stdout), raw: stdout, turn: turn, cancel: make(chan struct{}), eof: make(chan struct{}),
 		waiting: map[string]chan agents.Response{}}
 	a.logf("turn %s session=%q resumed=%v inputs=%d pid=%d", turn.RequestID, turn.Session, turn.Resumed, len(turn.Input), os.Getpid())
 	go a.readControl(in)
@@ -77,6 +77,7 @@ type agent struct {
 	raw     io.Writer
 	turn    agents.TurnMessage
 	cancel  chan struct{}
+	eof     chan struct{} // stdin ended: no response will come
 	once    sync.Once
 	done    []string
 	calls   int
@@ -85,6 +86,7 @@ type agent struct {
 
 // readControl reads the bridge's later messages: cancel and responses.
 func (a *agent) readControl(in *bufio.Reader) {
+	defer close(a.eof)
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
 		var m agents.Response
@@ -129,6 +131,8 @@ func (a *agent) call(ev agents.Event) (agents.Response, bool) {
 		return r, true
 	case <-a.cancel:
 		return agents.Response{}, false
+	case <-a.eof:
+		return agents.Response{Error: "stdin ended before the response"}, true
 	}
 }
 
@@ -249,8 +253,12 @@ func (a *agent) run() int {
 			if !ok {
 				return a.stop()
 			}
-			a.emit(agents.Event{Type: agents.EventMessage, Text: "approval: " + r.Text})
-			a.done = append(a.done, "asked to "+arg+": "+r.Text)
+			answer := r.Text
+			if answer == "" {
+				answer = "not approved: " + r.Error
+			}
+			a.emit(agents.Event{Type: agents.EventMessage, Text: "approval: " + answer})
+			a.done = append(a.done, "asked to "+arg+": "+answer)
 		case "ask":
 			who, text, _ := strings.Cut(arg, " ")
 			text = strings.ReplaceAll(text, "|", ";")
