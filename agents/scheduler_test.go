@@ -475,3 +475,32 @@ func TestCancelWhileWaiting(t *testing.T) {
 		t.Errorf("reason %q", got.Reason)
 	}
 }
+
+// TestCancelWhileDown: a request cancelled while no bridge ran it (its turn
+// was cut by a shutdown) ends cancelled when the scheduler starts again,
+// without another turn.
+func TestCancelWhileDown(t *testing.T) {
+	e := newEnv(t)
+	e.start(nil, agents.Agent{Name: "coder", Runtime: e.exec()})
+	gate := filepath.Join(t.TempDir(), "never")
+	r := e.ask(alice, "coder", "tool work "+gate+"; echo finished")
+	e.waitLog("tool start " + r.ID.String() + " work")
+	e.stopScheduler()
+	if _, err := e.router.Cancel(e.ctx, r.ID, alice, chat.Console); err != nil {
+		t.Fatal(err)
+	}
+	e.start(nil, agents.Agent{Name: "coder", Runtime: e.exec()})
+	got := e.waitState(r.ID, requests.Cancelled)
+	if got.Reason != "cancelled by "+alice {
+		t.Errorf("reason %q", got.Reason)
+	}
+	turns := 0
+	for _, l := range e.logLines() {
+		if strings.HasPrefix(l, "turn "+r.ID.String()) {
+			turns++
+		}
+	}
+	if turns != 1 {
+		t.Errorf("%d turns, want 1", turns)
+	}
+}
