@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Codex runs the Codex CLI non-interactively with JSON output, one process
@@ -173,10 +174,14 @@ func (d *codexDecoder) partial() string {
 	return "last said: " + d.lastText
 }
 
-// trimLine cuts s to its first line and at most n bytes.
+// trimLine cuts s to its first line and at most n bytes, at a character
+// boundary.
 func trimLine(s string, n int) string {
 	s, _, _ = strings.Cut(s, "\n")
 	if len(s) > n {
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
 		s = s[:n] + "…"
 	}
 	return s

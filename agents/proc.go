@@ -478,10 +478,10 @@ func killGroup(cmd *exec.Cmd, sig syscall.Signal) {
 // stdinWriter writes messages to the agent's stdin from its own goroutine,
 // so that an agent that does not read never blocks the turn. Write errors
 // (the agent exited) are dropped: the outcome is judged from stdout and the
-// exit status.
+// exit status. send and close are called from the turn's loop only.
 type stdinWriter struct {
-	msgs chan any
-	once sync.Once
+	msgs   chan any
+	closed bool
 }
 
 func newStdinWriter(w io.WriteCloser) *stdinWriter {
@@ -501,9 +501,11 @@ func newStdinWriter(w io.WriteCloser) *stdinWriter {
 }
 
 // send queues m; it never blocks the turn (a full queue drops the message:
-// only an agent that reads nothing fills it).
+// only an agent that reads nothing fills it). After close it does nothing.
 func (s *stdinWriter) send(m any) {
-	defer func() { _ = recover() }() // send after close: the turn ended
+	if s.closed {
+		return
+	}
 	select {
 	case s.msgs <- m:
 	default:
@@ -511,7 +513,12 @@ func (s *stdinWriter) send(m any) {
 }
 
 // close ends stdin after the queued messages.
-func (s *stdinWriter) close() { s.once.Do(func() { close(s.msgs) }) }
+func (s *stdinWriter) close() {
+	if !s.closed {
+		s.closed = true
+		close(s.msgs)
+	}
+}
 
 // tailBuffer keeps the last stderrTail bytes written to it.
 type tailBuffer struct {

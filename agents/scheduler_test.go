@@ -23,10 +23,30 @@ import (
 func TestStrictOrderPerAgent(t *testing.T) {
 	e := newEnv(t)
 	e.start(nil, agents.Agent{Name: "coder", Runtime: e.exec()})
-	var ids []requests.ID
-	for i := range 4 {
-		ids = append(ids, e.ask(alice, "coder", fmt.Sprintf("tool work 20ms; echo answer %d", i)).ID)
+	// While the agent is busy, four requests are queued at once: the
+	// worker finds them all and must take them in ID order.
+	gate := filepath.Join(t.TempDir(), "gate")
+	busy := e.ask(alice, "coder", "tool hold "+gate+"; echo answer busy")
+	e.waitLog("tool start " + busy.ID.String() + " hold")
+	ids := []requests.ID{busy.ID}
+	err := e.db.Update(e.ctx, func(tx store.Tx) error {
+		ids = ids[:1]
+		for i := range 4 {
+			r, err := e.svc.CreateTx(tx, requests.Ask{Agent: "coder", Room: "main", Surface: chat.Console, User: alice,
+				Text: fmt.Sprintf("tool work 20ms; echo answer %d", i)})
+			if err != nil {
+				return err
+			}
+			ids = append(ids, r.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	_ = os.WriteFile(gate, nil, 0o644)
+	e.waitState(busy.ID, requests.Done)
+	ids = ids[1:]
 	for i, id := range ids {
 		r := e.waitState(id, requests.Done)
 		if want := fmt.Sprintf("answer %d", i); r.Result != want {
@@ -54,7 +74,7 @@ func TestStrictOrderPerAgent(t *testing.T) {
 			t.Fatalf("tool of %s while %s ran", f[2], open)
 		}
 	}
-	var want []string
+	want := []string{busy.ID.String()}
 	for _, id := range ids {
 		want = append(want, id.String())
 	}
