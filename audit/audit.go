@@ -66,11 +66,26 @@ type Query struct {
 	RequestID    string
 }
 
+// bound is the first key of the millisecond of t ("" for the zero time).
 func bound(t time.Time) string {
 	if t.IsZero() {
 		return ""
 	}
 	return fmt.Sprintf("%013d-", t.UnixMilli())
+}
+
+// upper is the exclusive key bound for Until: past every record of the
+// millisecond that holds until, so that records in that millisecond but
+// before until are kept (each filters the exact times).
+func upper(until time.Time) string {
+	if until.IsZero() {
+		return ""
+	}
+	ms := until.UnixMilli()
+	if time.UnixMilli(ms).Before(until) {
+		ms++
+	}
+	return fmt.Sprintf("%013d-", ms)
 }
 
 // Each calls fn for every record matching q in time order, reading from one
@@ -89,6 +104,10 @@ func each(ctx context.Context, tx store.Tx, q Query, fn func(*Record) error) err
 		if err := json.Unmarshal(v, &r); err != nil {
 			return fmt.Errorf("audit: decode: %w", err)
 		}
+		// Keys have millisecond resolution, times do not.
+		if r.Time.Before(q.Since) || (!q.Until.IsZero() && !r.Time.Before(q.Until)) {
+			return nil
+		}
 		return fn(&r)
 	}
 	n := 0
@@ -100,7 +119,7 @@ func each(ctx context.Context, tx store.Tx, q Query, fn func(*Record) error) err
 		return nil
 	}
 	if q.RequestID == "" {
-		return tx.Scan(bucketLog, bound(q.Since), bound(q.Until), func(_ string, v []byte) error {
+		return tx.Scan(bucketLog, bound(q.Since), upper(q.Until), func(_ string, v []byte) error {
 			if err := checkCtx(); err != nil {
 				return err
 			}
@@ -113,7 +132,7 @@ func each(ctx context.Context, tx store.Tx, q Query, fn func(*Record) error) err
 		from = prefix + bound(q.Since)
 	}
 	if !q.Until.IsZero() {
-		to = prefix + bound(q.Until)
+		to = prefix + upper(q.Until)
 	}
 	return tx.Scan(bucketByReq, from, to, func(k string, _ []byte) error {
 		if err := checkCtx(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/clock"
@@ -109,6 +110,14 @@ func (s *Service) Create(ctx context.Context, a Ask) (*Request, error) {
 
 // CreateTx is Create inside the caller's transaction.
 func (s *Service) CreateTx(tx store.Tx, a Ask) (*Request, error) {
+	return s.createTx(tx, a, nil, false)
+}
+
+// createTx creates a request. With inherit set, refs are its references (a
+// retry keeps its original's: short mentions like R-07 in the ask were
+// relative to the day it was first asked, not to today); otherwise they are
+// read from the ask's text.
+func (s *Service) createTx(tx store.Tx, a Ask, refs []ID, inherit bool) (*Request, error) {
 	now := s.clock.Now().UTC()
 	if a.Agent == "" || a.User == "" || a.Surface == "" {
 		return nil, errors.New("requests: create: agent, user and surface are required")
@@ -122,12 +131,16 @@ func (s *Service) CreateTx(tx store.Tx, a Ask) (*Request, error) {
 			return nil, fmt.Errorf("requests: create: %w %s", ErrDuplicate, a.EventKey)
 		}
 	}
-	var refs []ID
-	for _, id := range FindRefs(a.Text, now) {
-		if _, err := s.GetTx(tx, id); err != nil {
-			return nil, fmt.Errorf("requests: create: the ask mentions %s: %w", id, err)
+	if inherit {
+		refs = append([]ID(nil), refs...)
+	} else {
+		refs = nil
+		for _, id := range FindRefs(a.Text, now) {
+			if _, err := s.GetTx(tx, id); err != nil {
+				return nil, fmt.Errorf("requests: create: the ask mentions %s: %w", id, err)
+			}
+			refs = append(refs, id)
 		}
-		refs = append(refs, id)
 	}
 	if !a.RetryOf.IsZero() {
 		if _, err := s.GetTx(tx, a.RetryOf); err != nil {
@@ -179,6 +192,16 @@ func (s *Service) write(tx store.Tx, before, r *Request) error {
 	}
 	if err := tx.Put(bucketByState, r.State.String()+"/"+k, nil); err != nil {
 		return err
+	}
+	if before != nil && before.Agent != r.Agent {
+		// Reassigned: leave the old agent's queue and running indexes.
+		old := s.owner + "/" + before.Agent + "/" + r.ID.Key()
+		if err := tx.Delete(bucketQueue, old); err != nil {
+			return err
+		}
+		if err := tx.Delete(bucketRunning, old); err != nil {
+			return err
+		}
 	}
 	qk := s.owner + "/" + r.Agent + "/" + r.ID.Key()
 	for _, idx := range []struct {
@@ -275,6 +298,9 @@ func (s *Service) ApplyTx(tx store.Tx, id ID, c Change) (*Request, error) {
 	}
 	if c.Mutate != nil {
 		c.Mutate(&after)
+		// Mutate edits the record, not the transition: the state, version
+		// and identity stay what the event and the key say.
+		after.ID, after.Owner, after.State, after.Version = before.ID, before.Owner, next, before.Version+1
 	}
 	if err := s.write(tx, before, &after); err != nil {
 		return nil, err
@@ -301,9 +327,9 @@ func (s *Service) UpdateTx(tx store.Tx, id ID, actor, action, detail string, mut
 		return nil, err
 	}
 	after := *before
+	after.References = append([]ID(nil), before.References...)
 	mutate(&after)
-	after.State = before.State
-	after.Version++
+	after.ID, after.Owner, after.State, after.Version = before.ID, before.Owner, before.State, before.Version+1
 	after.Updated = s.clock.Now().UTC()
 	if err := s.write(tx, before, &after); err != nil {
 		return nil, err
@@ -336,7 +362,7 @@ func (s *Service) Retry(ctx context.Context, id ID, user, surface string) (*Requ
 		if !old.State.Terminal() {
 			return fmt.Errorf("requests: retry %s: it is still %s (retry makes a new request once it has ended)", id, old.State)
 		}
-		r, err = s.CreateTx(tx, Ask{Agent: old.Agent, Room: old.Room, Surface: surface, User: user, Text: old.Ask, RetryOf: id})
+		r, err = s.createTx(tx, Ask{Agent: old.Agent, Room: old.Room, Surface: surface, User: user, Text: old.Ask, RetryOf: id}, old.References, true)
 		return err
 	})
 	return r, err
@@ -423,9 +449,13 @@ func (s *Service) indexed(tx store.Tx, bucket, agent string, limit int) ([]*Requ
 	return out, err
 }
 
+// trim cuts s to at most n bytes, at a character boundary.
 func trim(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }
