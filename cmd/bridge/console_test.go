@@ -19,11 +19,12 @@ func TestConsoleEndToEnd(t *testing.T) {
 	day := time.Now().UTC().Format("20060102")
 	id1, id2 := "R"+day+"-01", "R"+day+"-02"
 
-	p.send("@coder say looking; progress 50 halfway; tool build 10ms; echo all good")
+	p.send("@coder say looking; progress 50 halfway; tool build 500ms; echo all good")
 	i := p.waitLine(0, regexp.QuoteMeta("* "+id1+" → coder (approved)"))
 	p.waitLine(0, regexp.QuoteMeta("== "+id1+" · coder · asked by console:alice =="))
 	p.waitLine(0, regexp.QuoteMeta(id1+" | looking"))
-	p.waitLine(0, regexp.QuoteMeta(id1+" | status: running · 50% · halfway"))
+	// Status edits coalesce: while the tool runs the status shows 50%.
+	p.waitLine(0, regexp.QuoteMeta(id1+" | status: running · 50%"))
 	fin := p.waitLine(0, regexp.QuoteMeta(id1+" | final: all good"))
 	done := p.waitLine(0, regexp.QuoteMeta(id1+" | status: done"))
 	if fin > done {

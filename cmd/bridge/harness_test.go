@@ -56,7 +56,8 @@ func startBridge(t *testing.T, dir string, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(bridgeBin, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
+	// Race-built agents would each sleep 1 s at exit (GORACE atexit_sleep_ms).
+	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), env...)
 	p := &proc{t: t, cmd: cmd, dir: dir, change: make(chan struct{}), done: make(chan struct{})}
 	var err error
 	if p.stdin, err = cmd.StdinPipe(); err != nil {
