@@ -120,4 +120,3 @@ func TestCrashSafety(t *testing.T) {
 	}
 	t.Logf("%d requests acknowledged before the kill, %d in the store", created.Load(), len(all))
 }
-
