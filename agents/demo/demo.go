@@ -288,8 +288,9 @@ func (a *agent) run() int {
 			a.logf("yield %s", a.turn.RequestID)
 			return 0
 		case "fail":
-			a.emit(agents.Event{Type: agents.EventError, Message: arg})
+			// stderr first: the bridge stops the agent as soon as it reads the error.
 			fmt.Fprintln(os.Stderr, "demo-agent: failing:", arg)
+			a.emit(agents.Event{Type: agents.EventError, Message: arg})
 			return 1
 		case "exit":
 			n, _ := strconv.Atoi(arg)
