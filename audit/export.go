@@ -38,6 +38,13 @@ type Progress func(records uint64, done bool)
 // progressEvery is how many records pass between two Progress calls.
 const progressEvery = 8192
 
+// releaseEvery is how many records pass between two releases of the store's
+// mapped pages, for stores that map their file (bolt).
+const releaseEvery = 65536
+
+// memoryReleaser is a store whose reads map a file into memory.
+type memoryReleaser interface{ ReleaseMemory() }
+
 // Export streams the records matching q to w in format f, in constant memory,
 // and returns how many it wrote.
 func Export(ctx context.Context, s store.Store, q Query, f Format, w io.Writer, progress Progress) (uint64, error) {
@@ -69,11 +76,15 @@ func Export(ctx context.Context, s store.Store, q Query, f Format, w io.Writer, 
 		return 0, fmt.Errorf("audit: export: unknown format %q", f)
 	}
 	var n uint64
+	release, _ := s.(memoryReleaser)
 	err := Each(ctx, s, q, func(r *Record) error {
 		if err := write(r); err != nil {
 			return err
 		}
 		n++
+		if release != nil && n%releaseEvery == 0 {
+			release.ReleaseMemory()
+		}
 		if progress != nil && n%progressEvery == 0 {
 			progress(n, false)
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/roombridge/roombridge/store"
@@ -55,9 +56,10 @@ func Open(path string) (*DB, error) {
 		return nil, fmt.Errorf("store: bolt: %w", err)
 	}
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
-		Timeout:        lockTimeout,
-		NoFreelistSync: true,
-		FreelistType:   bbolt.FreelistMapType,
+		// The freelist is synced with each commit: without it, every Open
+		// walks (and so maps into memory) the whole file to rebuild it.
+		Timeout:      lockTimeout,
+		FreelistType: bbolt.FreelistMapType,
 	})
 	if errors.Is(err, bboltErrors.ErrTimeout) {
 		return nil, fmt.Errorf("store: bolt: %s is in use by another process (is another bridge running on this data_dir?)", path)
@@ -185,6 +187,19 @@ func runFn(fn func(store.Tx) error, t *tx) (err error) {
 		}
 	}()
 	return fn(t)
+}
+
+// ReleaseMemory drops the pages of the mapped file from this process's
+// resident set (madvise MADV_DONTNEED on bbolt's read-only shared mapping):
+// they stay in the page cache and fault back in when read again. Long scans
+// (audit exports) call it so that their memory stays constant.
+func (d *DB) ReleaseMemory() {
+	st, err := os.Stat(d.db.Path())
+	if err != nil {
+		return
+	}
+	size := (st.Size() + int64(os.Getpagesize()) - 1) &^ int64(os.Getpagesize()-1)
+	_, _, _ = syscall.Syscall(syscall.SYS_MADVISE, d.db.Info().Data, uintptr(size), syscall.MADV_DONTNEED)
 }
 
 // View implements store.Store.
