@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"time"
 
@@ -32,19 +31,7 @@ type DB struct {
 	db *bbolt.DB
 	store.Notifier
 
-	calls chan *call
-	done  chan struct{}
-	wg    sync.WaitGroup
-
-	mu     sync.RWMutex // held for reading while a call is queued
-	closed bool
-}
-
-type call struct {
-	ctx    context.Context
-	fn     func(store.Tx) error
-	topics store.Topics
-	err    chan error
+	gc *store.GroupCommit
 }
 
 var _ store.Store = (*DB)(nil)
@@ -67,9 +54,8 @@ func Open(path string) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: bolt: open %s: %w", path, err)
 	}
-	d := &DB{db: db, calls: make(chan *call, maxBatch), done: make(chan struct{})}
-	d.wg.Add(1)
-	go d.commitLoop()
+	d := &DB{db: db}
+	d.gc = store.NewGroupCommit(maxBatch, d.commit)
 	return d, nil
 }
 
@@ -81,59 +67,7 @@ func (d *DB) Bolt() *bbolt.DB { return d.db }
 
 // Update implements store.Store.
 func (d *DB) Update(ctx context.Context, fn func(store.Tx) error) error {
-	c := &call{ctx: ctx, fn: fn, err: make(chan error, 1)}
-	d.mu.RLock()
-	if d.closed {
-		d.mu.RUnlock()
-		return store.ErrClosed
-	}
-	select {
-	case d.calls <- c:
-		d.mu.RUnlock()
-	case <-ctx.Done():
-		d.mu.RUnlock()
-		return ctx.Err()
-	}
-	// Once queued, the call is either committed or answered: wait for the
-	// answer even if ctx ends, so the caller never mistakes a commit for a
-	// failure.
-	return <-c.err
-}
-
-func (d *DB) commitLoop() {
-	defer d.wg.Done()
-	for {
-		var batch []*call
-		select {
-		case c := <-d.calls:
-			batch = append(batch, c)
-		case <-d.done:
-			d.drain()
-			return
-		}
-	fill:
-		for len(batch) < maxBatch {
-			select {
-			case c := <-d.calls:
-				batch = append(batch, c)
-			default:
-				break fill
-			}
-		}
-		d.commit(batch)
-	}
-}
-
-// drain answers calls that were queued when the store closed.
-func (d *DB) drain() {
-	for {
-		select {
-		case c := <-d.calls:
-			c.err <- store.ErrClosed
-		default:
-			return
-		}
-	}
+	return d.gc.Update(ctx, fn)
 }
 
 // errAbort marks a batch rolled back because one of its calls failed.
@@ -143,50 +77,40 @@ var errAbort = errors.New("bolt: batch aborted")
 // the transaction is rolled back, that call gets its error, and the rest are
 // run again without it: the failed call saw exactly the state its
 // predecessors in the batch leave, so the outcome stays serializable.
-func (d *DB) commit(batch []*call) {
+func (d *DB) commit(batch []*store.Call) {
 	for len(batch) > 0 {
 		failed := -1
 		var failErr error
 		err := d.db.Update(func(btx *bbolt.Tx) error {
 			for i, c := range batch {
-				if err := c.ctx.Err(); err != nil {
+				if err := c.Ctx.Err(); err != nil {
 					failed, failErr = i, err
 					return errAbort
 				}
 				t := &tx{btx: btx, writable: true}
-				if err := runFn(c.fn, t); err != nil {
+				if err := c.Run(t); err != nil {
 					failed, failErr = i, err
 					return errAbort
 				}
-				c.topics = t.topics
+				c.Topics = t.topics
 			}
 			return nil
 		})
 		if errors.Is(err, errAbort) {
-			batch[failed].err <- failErr
+			batch[failed].Done(failErr)
 			batch = append(batch[:failed:failed], batch[failed+1:]...)
 			continue
 		}
 		for _, c := range batch {
 			if err == nil {
-				d.Publish(c.topics...)
-				c.err <- nil
+				d.Publish(c.Topics...)
+				c.Done(nil)
 			} else {
-				c.err <- fmt.Errorf("store: bolt: commit: %w", err)
+				c.Done(fmt.Errorf("store: bolt: commit: %w", err))
 			}
 		}
 		return
 	}
-}
-
-// runFn turns a panic in fn into an error for that call alone.
-func runFn(fn func(store.Tx) error, t *tx) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("store: transaction panicked: %v", r)
-		}
-	}()
-	return fn(t)
 }
 
 // ReleaseMemory drops the pages of the mapped file from this process's
@@ -214,15 +138,9 @@ func (d *DB) View(ctx context.Context, fn func(store.Tx) error) error {
 
 // Close stops the committer and closes the file. Pending calls get ErrClosed.
 func (d *DB) Close() error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	if !d.gc.Close() {
 		return nil
 	}
-	d.closed = true
-	close(d.done)
-	d.mu.Unlock()
-	d.wg.Wait()
 	return d.db.Close()
 }
 

@@ -43,7 +43,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -117,21 +116,10 @@ type Store struct {
 	opt    Options
 	store.Notifier
 
-	calls chan *call
-	done  chan struct{}
-	wg    sync.WaitGroup
-
-	mu     sync.RWMutex // held for reading while a call is queued
-	closed bool
+	gc *store.GroupCommit
 }
 
 var _ store.Store = (*Store)(nil)
-
-type call struct {
-	ctx context.Context
-	fn  func(store.Tx) error
-	err chan error
-}
 
 // New returns a Store on cli. The client is borrowed: Close does not close it.
 func New(cli *clientv3.Client, o Options) (*Store, error) {
@@ -153,42 +141,24 @@ func New(cli *clientv3.Client, o Options) (*Store, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{cli: cli, prefix: o.Prefix, opt: o, calls: make(chan *call, maxBatch), done: make(chan struct{})}
-	s.wg.Add(1)
-	go s.commitLoop()
+	s := &Store{cli: cli, prefix: o.Prefix, opt: o}
+	s.gc = store.NewGroupCommit(maxBatch, s.commit)
 	return s, nil
 }
 
 // Client returns the etcd client the store uses.
 func (s *Store) Client() *clientv3.Client { return s.cli }
 
-// Update implements store.Store.
+// Update implements store.Store. Once queued, a call is answered:
+// committed, refused, or (if every caller of its group gave up while etcd did
+// not answer) "outcome unknown".
 func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
-	c := &call{ctx: ctx, fn: fn, err: make(chan error, 1)}
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		return store.ErrClosed
-	}
-	select {
-	case s.calls <- c:
-		s.mu.RUnlock()
-	case <-ctx.Done():
-		s.mu.RUnlock()
-		return ctx.Err()
-	}
-	// Once queued, the call is answered: committed, refused, or (if every
-	// caller of its group gave up while etcd did not answer) "outcome
-	// unknown".
-	return <-c.err
+	return s.gc.Update(ctx, fn)
 }
 
 // View implements store.Store: fn reads one consistent revision.
 func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
-	s.mu.RLock()
-	closed := s.closed
-	s.mu.RUnlock()
-	if closed {
+	if s.gc.Closed() {
 		return store.ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
@@ -200,56 +170,13 @@ func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
 // Close stops the committer. Queued calls get store.ErrClosed. The client
 // stays open.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	close(s.done)
-	s.mu.Unlock()
-	s.wg.Wait()
+	s.gc.Close()
 	return nil
-}
-
-func (s *Store) commitLoop() {
-	defer s.wg.Done()
-	for {
-		var batch []*call
-		select {
-		case c := <-s.calls:
-			batch = append(batch, c)
-		case <-s.done:
-			s.drain()
-			return
-		}
-	fill:
-		for len(batch) < maxBatch {
-			select {
-			case c := <-s.calls:
-				batch = append(batch, c)
-			default:
-				break fill
-			}
-		}
-		s.commit(batch)
-	}
-}
-
-func (s *Store) drain() {
-	for {
-		select {
-		case c := <-s.calls:
-			c.err <- store.ErrClosed
-		default:
-			return
-		}
-	}
 }
 
 // commit runs the calls of batch in order, in as few etcd Txns as the limits
 // allow, and answers each.
-func (s *Store) commit(batch []*call) {
+func (s *Store) commit(batch []*store.Call) {
 	retries := 0
 	for len(batch) > 0 {
 		ctx, cancel := s.groupContext(batch)
@@ -261,28 +188,28 @@ func (s *Store) commit(batch []*call) {
 			if fenceKey, fenceRev, ok = f.Term(); !ok {
 				cancel()
 				for _, c := range batch {
-					c.err <- fmt.Errorf("store: etcd: update: %w", store.ErrFenced)
+					c.Done(fmt.Errorf("store: etcd: update: %w", store.ErrFenced))
 				}
 				return
 			}
 		}
-		var members []*call
+		var members []*store.Call
 		var topics []store.Topics
 		rest := batch[:0:0]
 		for i, c := range batch {
-			if err := c.ctx.Err(); err != nil {
-				c.err <- err
+			if err := c.Ctx.Err(); err != nil {
+				c.Done(err)
 				continue
 			}
 			t := &tx{g: g, writable: true, writes: map[string]write{}, reads: map[string]int64{}}
-			if err := runFn(c.fn, t); err != nil {
-				c.err <- err
+			if err := c.Run(t); err != nil {
+				c.Done(err)
 				continue
 			}
 			if !g.fits(t, fenceKey != "") {
 				if len(members) == 0 {
-					c.err <- fmt.Errorf("%w: %d writes, %d bytes (limits: %d ops, %d bytes)",
-						ErrTooLarge, len(t.writes), t.bytes(), s.opt.MaxTxnOps-1, s.opt.MaxTxnBytes)
+					c.Done(fmt.Errorf("%w: %d writes, %d bytes (limits: %d ops, %d bytes)",
+						ErrTooLarge, len(t.writes), t.bytes(), s.opt.MaxTxnOps-1, s.opt.MaxTxnBytes))
 					continue
 				}
 				rest = batch[i:] // run again in the next group, after this one commits
@@ -302,12 +229,12 @@ func (s *Store) commit(batch []*call) {
 			continue
 		case err != nil:
 			for _, c := range members {
-				c.err <- err
+				c.Done(err)
 			}
 		default:
 			for i, c := range members {
 				s.Publish(topics[i]...)
-				c.err <- nil
+				c.Done(nil)
 			}
 		}
 		batch = rest
@@ -318,13 +245,13 @@ func (s *Store) commit(batch []*call) {
 // groupContext returns the context of one group's etcd calls: bounded by
 // the timeout, and ended early once every caller of the group has given up
 // (a leader losing its term must not wait for an unreachable etcd).
-func (s *Store) groupContext(batch []*call) (context.Context, context.CancelFunc) {
+func (s *Store) groupContext(batch []*store.Call) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opt.Timeout)
 	var live atomic.Int64
 	live.Store(int64(len(batch)))
 	stops := make([]func() bool, 0, len(batch))
 	for _, c := range batch {
-		stops = append(stops, context.AfterFunc(c.ctx, func() {
+		stops = append(stops, context.AfterFunc(c.Ctx, func() {
 			if live.Add(-1) == 0 {
 				cancel()
 			}
@@ -333,7 +260,7 @@ func (s *Store) groupContext(batch []*call) (context.Context, context.CancelFunc
 	go func() {
 		select {
 		case <-ctx.Done():
-		case <-s.done:
+		case <-s.gc.Stopping():
 			cancel()
 		}
 	}()
@@ -399,12 +326,3 @@ func (s *Store) txn(g *group, fenceKey string, fenceRev int64) error {
 	return errConflict
 }
 
-// runFn turns a panic in fn into an error for that call alone.
-func runFn(fn func(store.Tx) error, t *tx) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("store: transaction panicked: %v", r)
-		}
-	}()
-	return fn(t)
-}
