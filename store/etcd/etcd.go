@@ -325,4 +325,3 @@ func (s *Store) txn(g *group, fenceKey string, fenceRev int64) error {
 	}
 	return errConflict
 }
-
