@@ -157,28 +157,6 @@ func idArg(fs *flag.FlagSet) (string, error) {
 	return id, nil
 }
 
-func requestsShow(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("requests show")
-	mk := apiFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	id, err := idArg(fs)
-	if err != nil {
-		return err
-	}
-	c, err := mk()
-	if err != nil {
-		return err
-	}
-	var r requests.Request
-	if err := c.getJSON(ctx, http.MethodGet, "/v1/requests/"+url.PathEscape(id), &r); err != nil {
-		return err
-	}
-	printRequest(out, &r)
-	return nil
-}
-
 func printRequest(out io.Writer, r *requests.Request) {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	row := func(k, v string) {
@@ -201,8 +179,10 @@ func printRequest(out io.Writer, r *requests.Request) {
 	_ = tw.Flush()
 }
 
-func requestAction(ctx context.Context, verb string, args []string, out io.Writer) error {
-	fs := newFlags(verb)
+// requestCmd is `requests show ID` (verb "show": GET /v1/requests/ID) and
+// `cancel|retry ID` (POST /v1/requests/ID/<verb>); it prints the request.
+func requestCmd(ctx context.Context, name, verb string, args []string, out io.Writer) error {
+	fs := newFlags(name)
 	mk := apiFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -215,8 +195,12 @@ func requestAction(ctx context.Context, verb string, args []string, out io.Write
 	if err != nil {
 		return err
 	}
+	method, path := http.MethodPost, "/v1/requests/"+url.PathEscape(id)+"/"+verb
+	if verb == "show" {
+		method, path = http.MethodGet, "/v1/requests/"+url.PathEscape(id)
+	}
 	var r requests.Request
-	if err := c.getJSON(ctx, http.MethodPost, "/v1/requests/"+url.PathEscape(id)+"/"+verb, &r); err != nil {
+	if err := c.getJSON(ctx, method, path, &r); err != nil {
 		return err
 	}
 	printRequest(out, &r)

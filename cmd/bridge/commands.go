@@ -62,11 +62,11 @@ func run(ctx context.Context, args []string) error {
 		case "list":
 			return requestsList(ctx, rest[1:], os.Stdout)
 		case "show":
-			return requestsShow(ctx, rest[1:], os.Stdout)
+			return requestCmd(ctx, "requests show", "show", rest[1:], os.Stdout)
 		}
 		return fmt.Errorf("%w: requests list|show", errUsage)
 	case "cancel", "retry":
-		return requestAction(ctx, cmd, rest, os.Stdout)
+		return requestCmd(ctx, cmd, cmd, rest, os.Stdout)
 	case "approve", "deny":
 		return approvalAction(ctx, cmd, rest, os.Stdout)
 	case "revoke":
