@@ -21,6 +21,7 @@ import (
 	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/delegation"
 	"github.com/roombridge/roombridge/httpapi"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/rooms"
@@ -103,6 +104,16 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	appr := approvals.New(approvals.Options{Requests: svc, Rooms: cfg.Rooms, TTL: cfg.Approvals.TTL,
 		Threads: th, Surfaces: surfaces, Log: log})
 	svc.Observe(appr.Observe)
+	caps := map[string]int{}
+	for name, a := range cfg.Agents {
+		caps[name] = a.MaxBackgroundTasks
+	}
+	// Delegation (ask_agent, background tasks): its observer closes a
+	// rendezvous and answers the asker in the transaction that ends the
+	// delegated request.
+	del := delegation.New(delegation.Options{Requests: svc, Agents: sorted(mapKeys(cfg.Agents)), MaxTasks: caps,
+		Workdir: cfg.DataDir, Log: log})
+	svc.Observe(del.Observe)
 	router := rooms.New(svc, appr, cfg.Rooms, log)
 	sweeper, err := ttl.New(ttl.Options{Spec: cfg.Approvals.Sweep, Clock: clk, Log: log}, appr)
 	if err != nil {
@@ -120,6 +131,7 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	}
 	sched := agents.NewScheduler(svc, th, log, ags...)
 	sched.Approver = appr // agents' request_approval during a run
+	sched.Delegator = del
 	deliver := threads.NewDeliverer(db, clk, log, be.outbound(conns)...)
 
 	api := httpapi.New(httpapi.Options{Service: svc, Router: router, Token: token, Log: log, Ready: be.ready})
@@ -158,7 +170,15 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	// processes), the outbox, the approvals sweeper and the platform
 	// connections. In HA mode it stops at once when this instance stops
 	// leading.
-	leaderJobs := []job{{"scheduler", sched.Run}, {"outbox", deliver.Run}, {"sweeper", sweeper.Run}}
+	runScheduler := func(ctx context.Context) error {
+		// Tasks recorded running whose process is not ours end as
+		// interrupted (told to their agent) before any turn runs.
+		if err := del.Recover(ctx); err != nil {
+			return err
+		}
+		return sched.Run(ctx)
+	}
+	leaderJobs := []job{{"scheduler", runScheduler}, {"outbox", deliver.Run}, {"sweeper", sweeper.Run}}
 	for _, c := range conns {
 		leaderJobs = append(leaderJobs, job{c.Surface(), func(ctx context.Context) error { return c.Run(ctx, router) }})
 	}

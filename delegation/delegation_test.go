@@ -1,0 +1,407 @@
+package delegation_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/agents/demo"
+	"github.com/roombridge/roombridge/approvals"
+	"github.com/roombridge/roombridge/audit"
+	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/clock"
+	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/delegation"
+	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/rooms"
+	"github.com/roombridge/roombridge/store"
+	"github.com/roombridge/roombridge/store/bolt"
+	"github.com/roombridge/roombridge/threads"
+)
+
+// The test binary doubles as the demo agent (as `bridge demo-agent`) when
+// DELEGATION_TEST_HELPER=demo.
+const helperEnv = "DELEGATION_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "demo" {
+		os.Exit(demo.Main(os.Stdin, os.Stdout))
+	}
+	os.Exit(m.Run())
+}
+
+const alice = "console:alice" // an owner: her asks are approved at once
+
+// env is the real core on a real bolt file with the delegation service and
+// a scheduler running the demo agent as coder and reviewer.
+type env struct {
+	t      *testing.T
+	ctx    context.Context
+	db     *bolt.DB
+	svc    *requests.Service
+	router *rooms.Router
+	del    *delegation.Service
+	log    string // the demo agents' log
+}
+
+func newEnv(t *testing.T, caps map[string]int) *env {
+	t.Helper()
+	dir := t.TempDir()
+	db, err := bolt.Open(filepath.Join(dir, "bridge.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rs := []config.Room{{Name: "main", Console: true, Agents: []string{"coder", "reviewer"}}}
+	svc := requests.NewService(db, clock.Real{}, "acme", []string{alice})
+	th := threads.New(rs, chat.Console)
+	svc.Observe(th.Observe)
+	appr := approvals.New(approvals.Options{Requests: svc, Rooms: rs, TTL: time.Hour, Threads: th, Surfaces: []string{chat.Console}})
+	svc.Observe(appr.Observe)
+	del := delegation.New(delegation.Options{Requests: svc, Agents: []string{"coder", "reviewer"}, MaxTasks: caps, Workdir: dir})
+	svc.Observe(del.Observe)
+	e := &env{t: t, ctx: ctx, db: db, svc: svc, router: rooms.New(svc, appr, rs, nil), del: del, log: filepath.Join(dir, "demo.log")}
+	rt := func() *agents.Exec {
+		return &agents.Exec{Command: []string{os.Args[0]}, Env: []string{helperEnv + "=demo",
+			"GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"), "DEMO_AGENT_LOG=" + e.log},
+			Grace: 2 * time.Second, Workdir: t.TempDir()}
+	}
+	s := agents.NewScheduler(svc, th, nil, agents.Agent{Name: "coder", Runtime: rt()}, agents.Agent{Name: "reviewer", Runtime: rt()})
+	s.Delegator = del
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		del.Wait()
+		_ = db.Close()
+	})
+	return e
+}
+
+func (e *env) ask(agent, text string) *requests.Request {
+	e.t.Helper()
+	r, err := e.svc.Create(e.ctx, requests.Ask{Agent: agent, Room: "main", Surface: chat.Console, User: alice, Text: text})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r
+}
+
+// waitFor waits (on store notifications, up to 30 s) until cond holds.
+func (e *env) waitFor(what string, cond func() bool) {
+	e.t.Helper()
+	wake, unsub := e.db.Subscribe(requests.TopicRequests)
+	defer unsub()
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond) // rendezvous writes notify no topic
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-wake:
+		case <-tick.C:
+		case <-deadline.C:
+			e.t.Fatalf("not %s within 30s; audit:\n%s", what, e.allAudit())
+		}
+	}
+}
+
+// logHas reports whether the demo log has line (after its timestamp).
+func (e *env) logHas(line string) bool {
+	data, _ := os.ReadFile(e.log)
+	for _, l := range strings.Split(string(data), "\n") {
+		if _, rest, _ := strings.Cut(l, " "); rest == line {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *env) get(id requests.ID) *requests.Request {
+	e.t.Helper()
+	r, err := e.svc.Get(e.ctx, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r
+}
+
+func (e *env) waitState(id requests.ID, st requests.State) *requests.Request {
+	e.t.Helper()
+	e.waitFor(fmt.Sprintf("%s %s", id, st), func() bool { return e.get(id).State == st })
+	return e.get(id)
+}
+
+// delegated returns the request delegated by ra (waits for it).
+func (e *env) delegated(ra requests.ID) *requests.Request {
+	e.t.Helper()
+	var rb *requests.Request
+	e.waitFor("delegated by "+ra.String(), func() bool {
+		all, err := e.svc.List(e.ctx, requests.Filter{})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, r := range all {
+			if r.DelegatedBy == ra {
+				rb = r
+				return true
+			}
+		}
+		return false
+	})
+	return rb
+}
+
+func (e *env) rendezvous(rb requests.ID) *delegation.Rendezvous {
+	e.t.Helper()
+	rv, err := e.del.Get(e.ctx, rb)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return rv
+}
+
+// TestAskAnswered: A asks B, A's turn yields and RA stays running; B's
+// answer closes the rendezvous and A finishes with B's real answer. The
+// same completion a second time changes nothing.
+func TestAskAnswered(t *testing.T) {
+	e := newEnv(t, nil)
+	ra := e.ask("coder", "ask reviewer say reading|echo looks good to me")
+	rb := e.delegated(ra.ID)
+	if rb.Agent != "reviewer" || rb.Ask != "say reading;echo looks good to me" || rb.Requester != alice {
+		t.Errorf("RB %+v", rb)
+	}
+	got := e.waitState(ra.ID, requests.Done)
+	want := "got answer " + rb.ID.String() + ": looks good to me"
+	if got.Result != want {
+		t.Errorf("RA result %q, want %q", got.Result, want)
+	}
+	if rv := e.rendezvous(rb.ID); rv.State != delegation.Answered || rv.From != ra.ID {
+		t.Errorf("rendezvous %+v", rv)
+	}
+
+	// The same completion again: a no-op.
+	before := e.get(ra.ID)
+	err := e.db.Update(e.ctx, func(tx store.Tx) error {
+		r, err := e.svc.GetTx(tx, rb.ID)
+		if err != nil {
+			return err
+		}
+		did, err := e.del.CompleteTx(tx, r)
+		if did {
+			t.Error("a second completion did something")
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after := e.get(ra.ID); after.Version != before.Version || after.State != before.State {
+		t.Errorf("RA changed: %+v → %+v", before, after)
+	}
+	if rv := e.rendezvous(rb.ID); rv.State != delegation.Answered {
+		t.Errorf("rendezvous %s after a second completion", rv.State)
+	}
+}
+
+// TestAskRefused: asking oneself or an agent up the chain is refused with a
+// clear message, and the asker goes on.
+func TestAskRefused(t *testing.T) {
+	e := newEnv(t, nil)
+	ra := e.ask("coder", "ask coder do it yourself; echo alone")
+	if got := e.waitState(ra.ID, requests.Done); got.Result != "alone" {
+		t.Errorf("result %q", got.Result)
+	}
+	if !hasAudit(t, e, ra.ID, "call_refused", "coder cannot ask itself") {
+		t.Errorf("no refusal audited")
+	}
+	// reviewer, asked by coder, asks coder back: a deadlock, refused.
+	ra = e.ask("coder", "ask reviewer ask coder back again| echo no cycle")
+	rb := e.delegated(ra.ID)
+	got := e.waitState(ra.ID, requests.Done)
+	if got.Result != "got answer "+rb.ID.String()+": no cycle" {
+		t.Errorf("RA result %q", got.Result)
+	}
+	if !hasAudit(t, e, rb.ID, "call_refused", "up the delegation chain") {
+		t.Errorf("no deadlock refusal audited for %s", rb.ID)
+	}
+}
+
+func (e *env) allAudit() string {
+	var b strings.Builder
+	recs, _ := audit.List(e.ctx, e.db, audit.Query{}, 0)
+	for _, r := range recs {
+		fmt.Fprintf(&b, "  %s %s %s %s→%s %s\n", r.RequestID, r.Actor, r.Action, r.From, r.To, r.Detail)
+	}
+	return b.String()
+}
+
+func hasAudit(t *testing.T, e *env, id requests.ID, action, detail string) bool {
+	t.Helper()
+	recs, err := audit.List(e.ctx, e.db, audit.Query{RequestID: id.String()}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.Action == action && strings.Contains(r.Detail, detail) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestCancelPropagates: RA cancelled while B works → RB cancelled, the
+// rendezvous cancelled, and nothing delivered to A.
+func TestCancelPropagates(t *testing.T) {
+	e := newEnv(t, nil)
+	gate := filepath.Join(t.TempDir(), "gate")
+	t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o644) })
+	ra := e.ask("coder", "ask reviewer tool review "+gate+"| echo reviewed")
+	rb := e.delegated(ra.ID)
+	e.waitFor("B in its tool and RA waiting", func() bool {
+		return e.logHas("tool start "+rb.ID.String()+" review") && strings.HasPrefix(e.get(ra.ID).Activity, "waiting")
+	})
+	if _, err := e.router.Cancel(e.ctx, ra.ID, alice, chat.Console); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(ra.ID, requests.Cancelled)
+	e.waitFor("B told of the cancel", func() bool { return e.logHas("cancel received " + rb.ID.String()) })
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := e.waitState(rb.ID, requests.Cancelled)
+	if !strings.Contains(got.Reason, ra.ID.String()) {
+		t.Errorf("RB reason %q", got.Reason)
+	}
+	if rv := e.rendezvous(rb.ID); rv.State != delegation.Cancelled {
+		t.Errorf("rendezvous %s", rv.State)
+	}
+}
+
+// script writes a shell script that waits for gate, then prints out.
+func script(t *testing.T, gate, out string) string {
+	p := filepath.Join(t.TempDir(), "task.sh")
+	body := fmt.Sprintf("while [ ! -e %s ]; do sleep 0.01; done\necho %s\n", gate, out)
+	if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestTaskWakesB: B starts a task and yields: the rendezvous waits on the
+// task and A gets nothing; the task's end wakes B, whose answer then
+// reaches A.
+func TestTaskWakesB(t *testing.T) {
+	e := newEnv(t, nil)
+	gate := filepath.Join(t.TempDir(), "gate")
+	t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o644) })
+	sh := script(t, gate, "all-tests-pass")
+	ra := e.ask("coder", "ask reviewer background tests sh "+sh+"| yield on tests")
+	rb := e.delegated(ra.ID)
+	e.waitFor("rendezvous waiting on task", func() bool {
+		rv, err := e.del.Get(e.ctx, rb.ID)
+		return err == nil && rv.State == delegation.WaitingOnTask
+	})
+	if r := e.get(ra.ID); r.State != requests.Running {
+		t.Fatalf("RA is %s while B's task runs", r.State)
+	}
+	if r := e.get(rb.ID); r.State != requests.Running {
+		t.Fatalf("RB is %s while its task runs", r.State)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := e.waitState(ra.ID, requests.Done)
+	b := e.get(rb.ID)
+	if b.State != requests.Done || !strings.Contains(b.Result, "task_result T-1: task T-1 (tests) succeeded") ||
+		!strings.Contains(b.Result, "all-tests-pass") {
+		t.Errorf("RB %s %q", b.State, b.Result)
+	}
+	if got.Result != "got answer "+rb.ID.String()+": "+b.Result {
+		t.Errorf("RA result %q", got.Result)
+	}
+	if rv := e.rendezvous(rb.ID); rv.State != delegation.Answered {
+		t.Errorf("rendezvous %s", rv.State)
+	}
+}
+
+// running makes a request of agent and moves it to running through the real
+// state machine (no turn runs: the agent is not scheduled).
+func running(t *testing.T, e *env, agent string) requests.ID {
+	r, err := e.svc.Create(e.ctx, requests.Ask{Agent: agent, Room: "main", Surface: chat.Console, User: alice, Text: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.Apply(e.ctx, r.ID, requests.Change{Event: requests.Start, Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	return r.ID
+}
+
+// TestTaskCap: with the default cap 3, the fourth concurrent task is
+// refused with a clear message; two calls racing for the last slot never
+// both succeed.
+func TestTaskCap(t *testing.T) {
+	e := newEnv(t, map[string]int{"coder": 0}) // 0: the default
+	gate := filepath.Join(t.TempDir(), "gate")
+	t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o644) })
+	sh := script(t, gate, "ok")
+	for round := range 5 {
+		id := running(t, e, "tester")
+		for range 2 {
+			if _, err := e.del.BackgroundRun(e.ctx, id, agents.BackgroundRun{Name: "w", Command: []string{"sh", sh}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i := range errs {
+			wg.Go(func() {
+				_, errs[i] = e.del.BackgroundRun(e.ctx, id, agents.BackgroundRun{Name: "race", Command: []string{"sh", sh}})
+			})
+		}
+		wg.Wait()
+		ok := 0
+		for _, err := range errs {
+			if err == nil {
+				ok++
+			} else if !errors.Is(err, delegation.ErrRefused) || !strings.Contains(err.Error(), "max_background_tasks is 3") {
+				t.Errorf("round %d: refusal %v", round, err)
+			}
+		}
+		if ok != 1 {
+			t.Fatalf("round %d: %d of two racing calls at the cap succeeded", round, ok)
+		}
+		_, err := e.del.BackgroundRun(e.ctx, id, agents.BackgroundRun{Name: "fourth", Command: []string{"sh", sh}})
+		if !errors.Is(err, delegation.ErrRefused) {
+			t.Fatalf("the fourth task: %v", err)
+		}
+		// Cancel the request: its tasks stop, freeing the slots.
+		if _, err := e.router.Cancel(e.ctx, id, alice, chat.Console); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.svc.Apply(e.ctx, id, requests.Change{Event: requests.Cancel, Actor: "test"}); err != nil {
+			t.Fatal(err)
+		}
+		ts, err := e.del.Tasks(e.ctx, "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range ts {
+			if tk.Request == id && tk.State != delegation.TaskStopped {
+				t.Errorf("task %s of cancelled %s is %s", tk.ID, id, tk.State)
+			}
+		}
+	}
+}

@@ -1,0 +1,351 @@
+package delegation
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/audit"
+	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/store"
+)
+
+// Task states. Running is the only open one.
+const (
+	TaskRunning     = "running"
+	TaskSucceeded   = "succeeded"
+	TaskFailed      = "failed"
+	TaskStopped     = "stopped"
+	TaskInterrupted = "interrupted"
+)
+
+// DefaultMaxTasks is the per-agent cap of concurrent background tasks when
+// none is configured.
+const DefaultMaxTasks = 3
+
+// maxOutput bounds the output a task keeps (its tail).
+const maxOutput = 16 << 10
+
+// Buckets of tasks.
+const (
+	// bucketTasks: <owner>/<task id> → Task.
+	bucketTasks = "delegation_tasks"
+	// bucketTasksOpen indexes running tasks twice:
+	// a/<owner>/<agent>/<task id> (the cap) and r/<owner>/<request key>/<task id>.
+	bucketTasksOpen = "delegation_tasks_open"
+)
+
+// Task is a background command started by a request's agent.
+type Task struct {
+	ID      string      `json:"id"`
+	Owner   string      `json:"owner"`
+	Request requests.ID `json:"request"`
+	Agent   string      `json:"agent"`
+	Name    string      `json:"name"`
+	Command []string    `json:"command"`
+	State   string      `json:"state"`
+	Reason  string      `json:"reason,omitempty"`
+	Output  string      `json:"output,omitempty"`
+	Started time.Time   `json:"started"`
+	Ended   time.Time   `json:"ended,omitzero"`
+}
+
+// tasks is the in-memory side of running tasks: their processes.
+type tasks struct {
+	mu    sync.Mutex
+	procs map[string]*exec.Cmd
+	wg    sync.WaitGroup
+}
+
+func (t *Task) agentKey() string { return "a/" + t.Owner + "/" + t.Agent + "/" + t.ID }
+func (t *Task) reqKey() string   { return "r/" + t.Owner + "/" + t.Request.Key() + "/" + t.ID }
+
+// BackgroundRun records a task for request from and starts its command,
+// detached from the turn. The agent's cap is checked in the transaction
+// that inserts the task: over it, the call is refused.
+func (s *Service) BackgroundRun(ctx context.Context, from requests.ID, run agents.BackgroundRun) (string, error) {
+	if run.Agent != "" {
+		return "", s.refuse(ctx, from, "background_run", "a background agent run is not supported yet; use ask_agent")
+	}
+	if len(run.Command) == 0 {
+		return "", s.refuse(ctx, from, "background_run", "no command given")
+	}
+	var t *Task
+	var refusal string
+	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
+		t, refusal = nil, ""
+		r, err := s.svc.GetTx(tx, from)
+		if err != nil {
+			return err
+		}
+		if r.State != requests.Running {
+			refusal = fmt.Sprintf("%s is %s, not running", r.ID, r.State)
+			return nil
+		}
+		limit := s.maxTasks(r.Agent)
+		p := "a/" + r.Owner + "/" + r.Agent + "/"
+		n := 0
+		if err := tx.Scan(bucketTasksOpen, p, store.PrefixEnd(p), func(string, []byte) error { n++; return nil }); err != nil {
+			return err
+		}
+		if n >= limit {
+			refusal = fmt.Sprintf("%s already runs %d background tasks (max_background_tasks is %d); wait for one to end", r.Agent, n, limit)
+			return nil
+		}
+		seq, err := store.NextSeq(tx, "task_id/"+r.Owner)
+		if err != nil {
+			return err
+		}
+		now := s.svc.Clock().Now().UTC()
+		t = &Task{ID: fmt.Sprintf("T-%d", seq), Owner: r.Owner, Request: r.ID, Agent: r.Agent,
+			Name: firstNonEmpty(run.Name, run.Command[0]), Command: run.Command, State: TaskRunning, Started: now}
+		if err := s.putTask(tx, t); err != nil {
+			return err
+		}
+		return audit.Append(tx, audit.Record{Time: now, RequestID: r.ID.String(), Actor: "agent:" + r.Agent,
+			Action: "background_run", From: r.State.String(), To: r.State.String(),
+			Detail: t.ID + " " + t.Name + ": " + trim(strings.Join(t.Command, " "), 200)})
+	})
+	if err == nil && refusal != "" {
+		err = s.refuse(ctx, from, "background_run", refusal)
+	}
+	if err != nil {
+		return "", fmt.Errorf("delegation: background_run: %w", err)
+	}
+	s.start(t)
+	return t.ID, nil
+}
+
+// refuse audits a refused call and returns its error.
+func (s *Service) refuse(ctx context.Context, from requests.ID, call, why string) error {
+	err := fmt.Errorf("%w: %s", ErrRefused, why)
+	s.auditRefusal(ctx, from, fmt.Errorf("%s: %w", call, err))
+	return err
+}
+
+func (s *Service) maxTasks(agent string) int {
+	if n, ok := s.caps[agent]; ok && n > 0 {
+		return n
+	}
+	return DefaultMaxTasks
+}
+
+// putTask writes t and keeps the open index in step with its state.
+func (s *Service) putTask(tx store.Tx, t *Task) error {
+	if err := store.PutJSON(tx, bucketTasks, t.Owner+"/"+t.ID, t); err != nil {
+		return err
+	}
+	for _, k := range []string{t.agentKey(), t.reqKey()} {
+		var err error
+		if t.State == TaskRunning {
+			err = tx.Put(bucketTasksOpen, k, nil)
+		} else {
+			err = tx.Delete(bucketTasksOpen, k)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// start runs t's command in the background; its end is recorded by finish.
+func (s *Service) start(t *Task) {
+	var out tail
+	cmd := exec.Command(t.Command[0], t.Command[1:]...)
+	cmd.Dir = s.workdir
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		s.finish(t, TaskFailed, "it did not start: "+err.Error(), "")
+		return
+	}
+	s.tasks.mu.Lock()
+	s.tasks.procs[t.ID] = cmd
+	s.tasks.mu.Unlock()
+	s.tasks.wg.Add(1)
+	go func() {
+		defer s.tasks.wg.Done()
+		err := cmd.Wait()
+		s.tasks.mu.Lock()
+		delete(s.tasks.procs, t.ID)
+		s.tasks.mu.Unlock()
+		state, reason := TaskSucceeded, ""
+		if err != nil {
+			state, reason = TaskFailed, err.Error()
+		}
+		s.finish(t, state, reason, out.String())
+	}()
+}
+
+// finish records the end of task t (once: a task no longer running is left
+// as it is) and delivers its result to the request that started it.
+func (s *Service) finish(t *Task, state, reason, output string) {
+	ctx := context.Background()
+	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
+		_, err := s.EndTaskTx(tx, t.Owner, t.ID, state, reason, output)
+		return err
+	})
+	if err != nil {
+		s.log.ErrorContext(ctx, "recording a task's end", "task", t.ID, "request_id", t.Request.String(), "error", err)
+	}
+}
+
+// EndTaskTx ends running task id of owner with state (compare-and-set:
+// a task already ended is left as it is, and false returned) and delivers
+// its result to the starting request's next turn. A result for a request
+// that has ended is recorded in its audit and thread notice, not dropped.
+func (s *Service) EndTaskTx(tx store.Tx, owner, id, state, reason, output string) (bool, error) {
+	var t Task
+	if err := store.GetJSON(tx, bucketTasks, owner+"/"+id, &t); err != nil {
+		return false, err
+	}
+	if t.State != TaskRunning {
+		return false, nil
+	}
+	t.State, t.Reason, t.Output, t.Ended = state, reason, output, s.svc.Clock().Now().UTC()
+	if err := s.putTask(tx, &t); err != nil {
+		return false, err
+	}
+	text := fmt.Sprintf("task %s (%s) %s", t.ID, t.Name, state)
+	switch state {
+	case TaskStopped:
+		text += " before it finished: the work is incomplete"
+	case TaskInterrupted:
+		text += ": the bridge restarted and its process did not survive"
+	}
+	if reason != "" {
+		text += ": " + reason
+	}
+	if output != "" {
+		text += "\noutput:\n" + output
+	}
+	if err := audit.Append(tx, audit.Record{Time: t.Ended, RequestID: t.Request.String(), Actor: actor,
+		Action: "task_" + state, Detail: t.ID + " " + t.Name + " " + reason}); err != nil {
+		return false, err
+	}
+	err := agents.DeliverTx(tx, s.svc, t.Request, agents.Input{Kind: agents.InputTaskResult, TaskID: t.ID, State: state, Text: text})
+	if errors.Is(err, agents.ErrEnded) {
+		return true, audit.Append(tx, audit.Record{Time: t.Ended, RequestID: t.Request.String(), Actor: actor,
+			Action: "undelivered", Detail: "result of " + t.ID + " arrived after the request ended: " + trim(text, 200)})
+	}
+	return err == nil, err
+}
+
+// openTasksTx counts request r's running tasks.
+func (s *Service) openTasksTx(tx store.Tx, r *requests.Request) (int, error) {
+	ids, err := s.taskIDsTx(tx, r)
+	return len(ids), err
+}
+
+func (s *Service) taskIDsTx(tx store.Tx, r *requests.Request) ([]string, error) {
+	var ids []string
+	p := "r/" + r.Owner + "/" + r.ID.Key() + "/"
+	err := tx.Scan(bucketTasksOpen, p, store.PrefixEnd(p), func(k string, _ []byte) error {
+		ids = append(ids, k[len(p):])
+		return nil
+	})
+	return ids, err
+}
+
+// stopTasksTx ends request r's running tasks as stopped and kills their
+// processes.
+func (s *Service) stopTasksTx(tx store.Tx, r *requests.Request) error {
+	ids, err := s.taskIDsTx(tx, r)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if _, err := s.EndTaskTx(tx, r.Owner, id, TaskStopped, "its request was cancelled", ""); err != nil {
+			return err
+		}
+		s.tasks.mu.Lock()
+		if cmd := s.tasks.procs[id]; cmd != nil && cmd.Process != nil {
+			_ = cmd.Process.Kill()
+		}
+		s.tasks.mu.Unlock()
+	}
+	return nil
+}
+
+// Recover ends as interrupted the tasks recorded running whose process is
+// not this process's (the bridge restarted): the request that started each
+// is told so. Call it once at start, before the scheduler runs.
+func (s *Service) Recover(ctx context.Context) error {
+	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
+		var ends [][2]string
+		err := tx.Scan(bucketTasksOpen, "a/", store.PrefixEnd("a/"), func(k string, _ []byte) error {
+			rest := strings.TrimPrefix(k, "a/")
+			owner, _, _ := strings.Cut(rest, "/")
+			ends = append(ends, [2]string{owner, rest[strings.LastIndex(rest, "/")+1:]})
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, e := range ends {
+			s.tasks.mu.Lock()
+			mine := s.tasks.procs[e[1]] != nil
+			s.tasks.mu.Unlock()
+			if mine {
+				continue
+			}
+			if _, err := s.EndTaskTx(tx, e[0], e[1], TaskInterrupted, "", ""); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delegation: recover tasks: %w", err)
+	}
+	return nil
+}
+
+// Tasks lists the tasks of owner, in the order they were started.
+func (s *Service) Tasks(ctx context.Context, owner string) ([]Task, error) {
+	var out []Task
+	err := s.svc.Store().View(ctx, func(tx store.Tx) error {
+		out = nil
+		p := owner + "/"
+		return tx.Scan(bucketTasks, p, store.PrefixEnd(p), func(k string, v []byte) error {
+			var t Task
+			if err := store.GetJSON(tx, bucketTasks, k, &t); err != nil {
+				return err
+			}
+			out = append(out, t)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// Wait waits for the running tasks' processes to end (tests, shutdown).
+func (s *Service) Wait() { s.tasks.wg.Wait() }
+
+// tail keeps the last maxOutput bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf.Write(p)
+	if over := t.buf.Len() - maxOutput; over > 0 {
+		t.buf.Next(over)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.buf.String()
+}
