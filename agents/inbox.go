@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/requests"
@@ -55,21 +56,42 @@ func DeliverTx(tx store.Tx, svc *requests.Service, id requests.ID, in Input) err
 // Reply delivers a person's reply in request id's thread to its agent (at
 // the next turn boundary), with an audit record.
 func Reply(ctx context.Context, svc *requests.Service, id requests.ID, user, surface, text string) error {
+	_, err := ReplyEvent(ctx, svc, id, user, surface, text, "")
+	return err
+}
+
+// replyDedupeTTL is how long a platform's event ID of a reply is remembered:
+// longer than the platforms' redelivery windows.
+const replyDedupeTTL = 24 * time.Hour
+
+// ReplyEvent is Reply for a platform event: the same eventKey ("slack:Ev1")
+// delivered again is recognised in the same transaction and delivers
+// nothing (it reports false).
+func ReplyEvent(ctx context.Context, svc *requests.Service, id requests.ID, user, surface, text, eventKey string) (bool, error) {
 	text = strings.TrimSpace(text)
 	if text == "" {
-		return errors.New("agents: reply: the reply is empty")
+		return false, errors.New("agents: reply: the reply is empty")
 	}
+	delivered := false
 	err := svc.Store().Update(ctx, func(tx store.Tx) error {
+		delivered = false
+		if eventKey != "" {
+			fresh, err := store.Dedupe(tx, "reply:"+eventKey, svc.Clock().Now(), replyDedupeTTL)
+			if err != nil || !fresh {
+				return err
+			}
+		}
 		if err := DeliverTx(tx, svc, id, Input{Kind: InputReply, Text: text, From: user}); err != nil {
 			return err
 		}
+		delivered = true
 		return audit.Append(tx, audit.Record{Time: svc.Clock().Now().UTC(), RequestID: id.String(), Actor: user,
 			Surface: surface, Action: "reply", Detail: trimLine(text, 200)})
 	})
 	if err != nil {
-		return fmt.Errorf("agents: reply to %s: %w", id, err)
+		return false, fmt.Errorf("agents: reply to %s: %w", id, err)
 	}
-	return nil
+	return delivered, nil
 }
 
 // inboxItem is a queued input and its key.

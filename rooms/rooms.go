@@ -11,11 +11,13 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
+	"github.com/roombridge/roombridge/threads"
 )
 
 // ErrForbidden: the actor may not do this (the same error as
@@ -96,7 +98,7 @@ func (rt *Router) Handle(ctx context.Context, ev chat.Event) chat.Response {
 			msg = fmt.Sprintf("%s %s", a.ID, a.State)
 		}
 	case chat.Reply:
-		err = errors.New("replies in a thread are not delivered to agents yet")
+		msg, err = rt.reply(ctx, ev)
 	default:
 		err = fmt.Errorf("unsupported event %q", ev.Kind)
 	}
@@ -271,4 +273,46 @@ func userMessage(err error) string {
 		msg = strings.TrimPrefix(msg, p)
 	}
 	return msg
+}
+
+// reply hands a message in a request's thread to its agent, at the agent's
+// next turn boundary. Messages in threads that are no request's are ignored.
+func (rt *Router) reply(ctx context.Context, ev chat.Event) (string, error) {
+	if ev.Thread == nil {
+		return "", nil
+	}
+	var rid string
+	err := rt.svc.Store().View(ctx, func(tx store.Tx) error {
+		var err error
+		rid, err = threads.RequestOfThread(tx, *ev.Thread)
+		return err
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	id, err := requests.ParseID(rid)
+	if err != nil {
+		return "", err
+	}
+	r, err := rt.svc.Get(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if !rt.MayAsk(rt.roomOf(r), ev.User) {
+		return "", fmt.Errorf("%w: %s is not a member of room %s", ErrForbidden, ev.User, r.Room)
+	}
+	if r.State.Terminal() {
+		return "", fmt.Errorf("%s has ended (%s): ask again, or retry %s", r.ID, r.State, r.ID.Short())
+	}
+	var key string
+	if ev.ID != "" {
+		key = ev.Surface + ":" + ev.ID
+	}
+	if _, err := agents.ReplyEvent(ctx, rt.svc, id, ev.User, ev.Surface, ev.Text, key); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s will read your reply at its next turn", r.ID), nil
 }

@@ -229,7 +229,7 @@ func (d *Deliverer) send(ctx context.Context, conn chat.Connector, e Effect) (fu
 			return nil, err
 		}
 		return func(tx store.Tx) error {
-			if err := store.PutJSON(tx, bucketThreadRefs, e.Surface+"/"+e.Request, tref); err != nil {
+			if err := saveThreadRef(tx, e.Request, tref); err != nil {
 				return err
 			}
 			return saveMessageRef(tx, e.Surface, e.Save, mref)

@@ -17,6 +17,7 @@ import (
 // Buckets of this package.
 const (
 	bucketThreadRefs  = "thread_refs"
+	bucketThreadReqs  = "thread_requests" // surface/channel/thread → request ID
 	bucketMessageRefs = "message_refs"
 )
 
@@ -152,6 +153,22 @@ func ThreadRef(tx store.Tx, surface, id string) (chat.ThreadRef, error) {
 	var t chat.ThreadRef
 	err := store.GetJSON(tx, bucketThreadRefs, surface+"/"+id, &t)
 	return t, err
+}
+
+// RequestOfThread returns the ID of the request whose thread t is, or
+// store.ErrNotFound for any other thread.
+func RequestOfThread(tx store.Tx, t chat.ThreadRef) (string, error) {
+	b, err := tx.Get(bucketThreadReqs, threadKey(t))
+	return string(b), err
+}
+
+func threadKey(t chat.ThreadRef) string { return t.Surface + "/" + t.Channel + "/" + t.ID }
+
+func saveThreadRef(tx store.Tx, request string, t chat.ThreadRef) error {
+	if err := store.PutJSON(tx, bucketThreadRefs, t.Surface+"/"+request, t); err != nil {
+		return err
+	}
+	return tx.Put(bucketThreadReqs, threadKey(t), []byte(request))
 }
 
 // MessageRef returns the message recorded under name on surface.

@@ -1,0 +1,86 @@
+package rooms_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/roombridge/roombridge/approvals"
+	"github.com/roombridge/roombridge/audit"
+	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/clock"
+	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/connectors/console"
+	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/rooms"
+	"github.com/roombridge/roombridge/store/bolt"
+	"github.com/roombridge/roombridge/threads"
+)
+
+// TestReplyInThread: a message in a request's thread reaches that request's
+// agent once (a platform redelivery delivers nothing more), a message in any
+// other thread is ignored, and a reply to an ended request is refused.
+func TestReplyInThread(t *testing.T) {
+	ctx := context.Background()
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "b.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	clk := clock.NewFake(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
+	log := slog.New(slog.DiscardHandler)
+	roomCfg := []config.Room{{Name: "main", Console: true, Agents: []string{"coder"}}}
+	svc := requests.NewService(db, clk, "acme", []string{"console:alice"})
+	th := threads.New(roomCfg, chat.Console)
+	svc.Observe(th.Observe)
+	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomCfg, Threads: th, Log: log})
+	svc.Observe(appr.Observe)
+	rt := rooms.New(svc, appr, roomCfg, log)
+	con := console.New(nil, io.Discard, "main", "alice")
+	deliver := threads.NewDeliverer(db, clk, log, con)
+
+	r, err := svc.Create(ctx, requests.Ask{Agent: "coder", Room: "main", Surface: chat.Console, User: "console:alice", Text: "work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := deliver.DeliverOnce(ctx); err != nil { // posts the thread parent, recording its ref
+		t.Fatal(err)
+	}
+	thread := &chat.ThreadRef{Surface: chat.Console, Channel: "main", ID: r.ID.String()}
+	reply := chat.Event{Kind: chat.Reply, Surface: chat.Console, ID: "ev1", Channel: "main", User: "console:alice", Text: "use staging", Thread: thread}
+	for i := 0; i < 2; i++ { // the second is a redelivery
+		if resp := rt.Handle(ctx, reply); resp.Error {
+			t.Fatalf("reply refused: %s", resp.Text)
+		}
+	}
+	other := reply
+	other.ID, other.Thread = "ev2", &chat.ThreadRef{Surface: chat.Console, Channel: "main", ID: "not-a-request"}
+	if resp := rt.Handle(ctx, other); resp.Text != "" {
+		t.Errorf("a message in another thread got an answer: %+v", resp)
+	}
+	recs, err := audit.List(ctx, db, audit.Query{RequestID: r.ID.String()}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, rec := range recs {
+		if rec.Action == "reply" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d reply records, want exactly 1 (redelivery deduplicated)", n)
+	}
+
+	if _, err := svc.Apply(ctx, r.ID, requests.Change{Event: requests.Cancel, Actor: "console:alice"}); err != nil {
+		t.Fatal(err)
+	}
+	late := reply
+	late.ID = "ev3"
+	if resp := rt.Handle(ctx, late); !resp.Error {
+		t.Errorf("a reply to an ended request was accepted: %+v", resp)
+	}
+}
