@@ -405,3 +405,89 @@ func TestTaskCap(t *testing.T) {
 		}
 	}
 }
+
+// TestTaskFailsAndRestart: a failed task wakes B with its reason and
+// partial output; a task whose process is not this bridge's (a restart) ends
+// interrupted and its agent is told; the late real end of that process then
+// changes nothing; a result for a request that ended is recorded, not lost.
+func TestTaskFailsAndRestart(t *testing.T) {
+	e := newEnv(t, nil)
+	broken := filepath.Join(t.TempDir(), "broken.sh")
+	if err := os.WriteFile(broken, []byte("echo half-done\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ra := e.ask("coder", "ask reviewer background broken sh "+broken+"| yield")
+	got := e.waitState(ra.ID, requests.Done)
+	for _, want := range []string{"task T-1 (broken) failed: exit status 3", "half-done"} {
+		if !strings.Contains(got.Result, want) {
+			t.Errorf("RA result %q lacks %q", got.Result, want)
+		}
+	}
+
+	// A restart: a second service over the same store knows no process.
+	gate := filepath.Join(t.TempDir(), "gate")
+	sh := script(t, gate, "partial")
+	id := running(t, e, "tester")
+	task, err := e.del.BackgroundRun(e.ctx, id, agents.BackgroundRun{Name: "long", Command: []string{"sh", sh}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := delegation.New(delegation.Options{Requests: e.svc})
+	if err := fresh.Recover(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	tk := findTask(t, e, task)
+	if tk.State != delegation.TaskInterrupted {
+		t.Fatalf("task %s after restart", tk.State)
+	}
+	if !hasAudit(t, e, id, "task_interrupted", task) {
+		t.Error("no audit of the interruption")
+	}
+	// The request ends; the old process's end arrives late: no change.
+	if _, err := e.svc.Apply(e.ctx, id, requests.Change{Event: requests.Finish, Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.del.Wait()
+	if tk := findTask(t, e, task); tk.State != delegation.TaskInterrupted {
+		t.Errorf("late end changed the task to %s", tk.State)
+	}
+
+	// A task of a request that then ends: its result is recorded.
+	gate2 := filepath.Join(t.TempDir(), "gate2")
+	id2 := running(t, e, "tester")
+	task2, err := e.del.BackgroundRun(e.ctx, id2, agents.BackgroundRun{Name: "late", Command: []string{"sh", script(t, gate2, "late")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.Apply(e.ctx, id2, requests.Change{Event: requests.Finish, Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(gate2, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.del.Wait()
+	if tk := findTask(t, e, task2); tk.State != delegation.TaskSucceeded || tk.Output != "late\n" {
+		t.Errorf("task %+v", tk)
+	}
+	if !hasAudit(t, e, id2, "undelivered", task2) {
+		t.Error("the late result is not recorded")
+	}
+}
+
+func findTask(t *testing.T, e *env, id string) delegation.Task {
+	t.Helper()
+	ts, err := e.del.Tasks(e.ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range ts {
+		if tk.ID == id {
+			return tk
+		}
+	}
+	t.Fatalf("no task %s", id)
+	return delegation.Task{}
+}
