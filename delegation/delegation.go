@@ -17,8 +17,10 @@ import (
 
 	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/audit"
+	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
+	"github.com/roombridge/roombridge/threads"
 )
 
 // actor is how delegation appears in the audit log.
@@ -72,6 +74,10 @@ type Options struct {
 	MaxTasks map[string]int
 	// Workdir is where background commands run ("": the bridge's).
 	Workdir string
+	// Threads, if set, gets a line in the starting request's thread for
+	// each task's start and end, and a notice for a result that arrived
+	// after its request ended.
+	Threads *threads.Threads
 	Log     *slog.Logger
 }
 
@@ -83,6 +89,7 @@ type Service struct {
 	caps    map[string]int
 	workdir string
 	log     *slog.Logger
+	threads *threads.Threads
 	tasks   tasks
 }
 
@@ -90,7 +97,7 @@ var _ agents.Delegator = (*Service)(nil)
 
 // New returns a delegation service.
 func New(o Options) *Service {
-	s := &Service{svc: o.Requests, log: o.Log, agents: map[string]bool{}, caps: o.MaxTasks, workdir: o.Workdir}
+	s := &Service{svc: o.Requests, log: o.Log, agents: map[string]bool{}, caps: o.MaxTasks, workdir: o.Workdir, threads: o.Threads}
 	s.tasks.procs = map[string]*exec.Cmd{}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -349,9 +356,7 @@ func (s *Service) CompleteTx(tx store.Tx, rb *requests.Request) (bool, error) {
 	err = agents.DeliverTx(tx, s.svc, rv.From, agents.Input{Kind: agents.InputAnswer, RequestID: rb.ID.String(),
 		State: rb.State.String(), Text: text})
 	if errors.Is(err, agents.ErrEnded) {
-		// Recorded, never dropped silently.
-		return true, audit.Append(tx, audit.Record{Time: s.svc.Clock().Now().UTC(), RequestID: rv.From.String(),
-			Actor: actor, Action: "undelivered", Detail: fmt.Sprintf("answer of %s arrived after the request ended: %s", rb.ID, trim(text, 200))})
+		return true, s.undeliveredTx(tx, rv.From, "the answer of "+rb.ID.String(), text)
 	}
 	return err == nil, err
 }
@@ -391,6 +396,28 @@ func (s *Service) cancelDelegatedTx(tx store.Tx, ra *requests.Request) error {
 		}
 	}
 	return nil
+}
+
+// undeliveredTx records (audit, and a notice in its thread) what arrived
+// for request id after it ended: never dropped silently.
+func (s *Service) undeliveredTx(tx store.Tx, id requests.ID, what, text string) error {
+	if err := audit.Append(tx, audit.Record{Time: s.svc.Clock().Now().UTC(), RequestID: id.String(), Actor: actor,
+		Action: "undelivered", Detail: what + " arrived after the request ended: " + trim(text, 200)}); err != nil {
+		return err
+	}
+	return s.noticeTx(tx, id, fmt.Sprintf("(%s arrived after this request ended: %s)", what, trim(text, 500)))
+}
+
+// noticeTx posts a notice in request id's thread, if threads are set.
+func (s *Service) noticeTx(tx store.Tx, id requests.ID, text string) error {
+	if s.threads == nil {
+		return nil
+	}
+	r, err := s.svc.GetTx(tx, id)
+	if err != nil {
+		return err
+	}
+	return s.threads.Reply(tx, r, chat.Message{Kind: "notice", Text: text})
 }
 
 func firstNonEmpty(ss ...string) string {

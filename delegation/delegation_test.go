@@ -2,6 +2,7 @@ package delegation_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -65,7 +66,7 @@ func newEnv(t *testing.T, caps map[string]int) *env {
 	svc.Observe(th.Observe)
 	appr := approvals.New(approvals.Options{Requests: svc, Rooms: rs, TTL: time.Hour, Threads: th, Surfaces: []string{chat.Console}})
 	svc.Observe(appr.Observe)
-	del := delegation.New(delegation.Options{Requests: svc, Agents: []string{"coder", "reviewer"}, MaxTasks: caps, Workdir: dir})
+	del := delegation.New(delegation.Options{Requests: svc, Agents: []string{"coder", "reviewer"}, MaxTasks: caps, Workdir: dir, Threads: th})
 	svc.Observe(del.Observe)
 	e := &env{t: t, ctx: ctx, db: db, svc: svc, router: rooms.New(svc, appr, rs, nil), del: del, log: filepath.Join(dir, "demo.log")}
 	rt := func() *agents.Exec {
@@ -334,6 +335,38 @@ func TestTaskWakesB(t *testing.T) {
 	if rv := e.rendezvous(rb.ID); rv.State != delegation.Answered {
 		t.Errorf("rendezvous %s", rv.State)
 	}
+	lines := strings.Join(e.notices(rb.ID), "\n")
+	for _, want := range []string{"started background task T-1 (tests): sh " + sh, "task T-1 (tests) succeeded"} {
+		if !strings.Contains(lines, want) {
+			t.Errorf("RB's thread lacks %q:\n%s", want, lines)
+		}
+	}
+}
+
+// notices returns the notices queued in request id's thread.
+func (e *env) notices(id requests.ID) []string {
+	e.t.Helper()
+	var out []string
+	err := e.db.View(e.ctx, func(tx store.Tx) error {
+		effs, err := store.PendingEffects(tx, 0)
+		if err != nil {
+			return err
+		}
+		for _, se := range effs {
+			var ef threads.Effect
+			if err := json.Unmarshal(se.Payload, &ef); err != nil {
+				return err
+			}
+			if ef.Request == id.String() && ef.Op == threads.OpReply && ef.Message.Kind == "notice" {
+				out = append(out, ef.Message.Text)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return out
 }
 
 // running makes a request of agent and moves it to running through the real
@@ -474,6 +507,9 @@ func TestTaskFailsAndRestart(t *testing.T) {
 	}
 	if !hasAudit(t, e, id2, "undelivered", task2) {
 		t.Error("the late result is not recorded")
+	}
+	if n := strings.Join(e.notices(id2), "\n"); !strings.Contains(n, "the result of task "+task2+" arrived after this request ended") {
+		t.Errorf("no notice of the late result in the thread:\n%s", n)
 	}
 }
 

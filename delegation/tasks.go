@@ -108,9 +108,12 @@ func (s *Service) BackgroundRun(ctx context.Context, from requests.ID, run agent
 		if err := s.putTask(tx, t); err != nil {
 			return err
 		}
-		return audit.Append(tx, audit.Record{Time: now, RequestID: r.ID.String(), Actor: "agent:" + r.Agent,
+		if err := audit.Append(tx, audit.Record{Time: now, RequestID: r.ID.String(), Actor: "agent:" + r.Agent,
 			Action: "background_run", From: r.State.String(), To: r.State.String(),
-			Detail: t.ID + " " + t.Name + ": " + trim(strings.Join(t.Command, " "), 200)})
+			Detail: t.ID + " " + t.Name + ": " + trim(strings.Join(t.Command, " "), 200)}); err != nil {
+			return err
+		}
+		return s.noticeTx(tx, r.ID, fmt.Sprintf("started background task %s (%s): %s", t.ID, t.Name, trim(strings.Join(t.Command, " "), 200)))
 	})
 	if err == nil && refusal != "" {
 		err = s.refuse(ctx, from, "background_run", refusal)
@@ -231,10 +234,12 @@ func (s *Service) EndTaskTx(tx store.Tx, owner, id, state, reason, output string
 	}
 	err := agents.DeliverTx(tx, s.svc, t.Request, agents.Input{Kind: agents.InputTaskResult, TaskID: t.ID, State: state, Text: text})
 	if errors.Is(err, agents.ErrEnded) {
-		return true, audit.Append(tx, audit.Record{Time: t.Ended, RequestID: t.Request.String(), Actor: actor,
-			Action: "undelivered", Detail: "result of " + t.ID + " arrived after the request ended: " + trim(text, 200)})
+		return true, s.undeliveredTx(tx, t.Request, "the result of task "+t.ID, text)
 	}
 	if err != nil {
+		return false, err
+	}
+	if err := s.noticeTx(tx, t.Request, trim(text, 500)); err != nil {
 		return false, err
 	}
 	// Delivered while a turn of the request runs: that turn does not get

@@ -112,7 +112,7 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	// rendezvous and answers the asker in the transaction that ends the
 	// delegated request.
 	del := delegation.New(delegation.Options{Requests: svc, Agents: sorted(mapKeys(cfg.Agents)), MaxTasks: caps,
-		Workdir: cfg.DataDir, Log: log})
+		Workdir: cfg.DataDir, Threads: th, Log: log})
 	svc.Observe(del.Observe)
 	router := rooms.New(svc, appr, cfg.Rooms, log)
 	sweeper, err := ttl.New(ttl.Options{Spec: cfg.Approvals.Sweep, Clock: clk, Log: log}, appr)
