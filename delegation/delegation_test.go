@@ -437,6 +437,14 @@ func TestTaskCap(t *testing.T) {
 			}
 		}
 	}
+	// Stopped means killed: every process ends without its gate.
+	done := make(chan struct{})
+	go func() { e.del.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("stopped tasks' processes still run after 30s")
+	}
 }
 
 // TestTaskFailsAndRestart: a failed task wakes B with its reason and

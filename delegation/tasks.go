@@ -164,6 +164,7 @@ func (s *Service) start(t *Task) {
 	cmd := exec.Command(t.Command[0], t.Command[1:]...)
 	cmd.Dir = s.workdir
 	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
 		s.finish(t, TaskFailed, "it did not start: "+err.Error(), "")
 		return
@@ -309,7 +310,7 @@ func (s *Service) stopTasksTx(tx store.Tx, r *requests.Request) error {
 		}
 		s.tasks.mu.Lock()
 		if cmd := s.tasks.procs[id]; cmd != nil && cmd.Process != nil {
-			_ = cmd.Process.Kill()
+			killGroup(cmd.Process)
 		}
 		s.tasks.mu.Unlock()
 	}
