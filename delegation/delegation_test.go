@@ -535,3 +535,40 @@ func findTask(t *testing.T, e *env, id string) delegation.Task {
 	t.Fatalf("no task %s", id)
 	return delegation.Task{}
 }
+
+// TestCancelStopsTasks: RA cancelled while B waits on its task → RB
+// cancelled and its task stopped (its process killed), nothing delivered to
+// A.
+func TestCancelStopsTasks(t *testing.T) {
+	e := newEnv(t, nil)
+	gate := filepath.Join(t.TempDir(), "never")
+	t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o644) })
+	ra := e.ask("coder", "ask reviewer background tests sh "+script(t, gate, "x")+"| yield on tests")
+	rb := e.delegated(ra.ID)
+	e.waitFor("rendezvous waiting on task", func() bool {
+		rv, err := e.del.Get(e.ctx, rb.ID)
+		return err == nil && rv.State == delegation.WaitingOnTask
+	})
+	e.waitFor("RB parked", func() bool { return strings.HasPrefix(e.get(rb.ID).Activity, "waiting") })
+	if _, err := e.router.Cancel(e.ctx, ra.ID, alice, chat.Console); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(ra.ID, requests.Cancelled)
+	got := e.waitState(rb.ID, requests.Cancelled)
+	if !strings.Contains(got.Reason, ra.ID.String()) {
+		t.Errorf("RB reason %q", got.Reason)
+	}
+	if tk := findTask(t, e, "T-1"); tk.State != delegation.TaskStopped {
+		t.Errorf("task %s", tk.State)
+	}
+	if rv := e.rendezvous(rb.ID); rv.State != delegation.Cancelled {
+		t.Errorf("rendezvous %s", rv.State)
+	}
+	done := make(chan struct{})
+	go func() { e.del.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stopped task's process still runs after 30s")
+	}
+}
