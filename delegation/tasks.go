@@ -41,6 +41,18 @@ const (
 	bucketTasksOpen = "delegation_tasks_open"
 )
 
+// topicTasks is notified when a task ends in the store.
+const topicTasks = "delegation:tasks"
+
+// task reads task id of owner.
+func (s *Service) task(owner, id string) (*Task, error) {
+	var t Task
+	err := s.svc.Store().View(context.Background(), func(tx store.Tx) error {
+		return store.GetJSON(tx, bucketTasks, owner+"/"+id, &t)
+	})
+	return &t, err
+}
+
 // Task is a background command started by a request's agent.
 type Task struct {
 	ID      string      `json:"id"`
@@ -172,10 +184,33 @@ func (s *Service) start(t *Task) {
 	s.tasks.mu.Lock()
 	s.tasks.procs[t.ID] = cmd
 	s.tasks.mu.Unlock()
-	s.tasks.wg.Add(1)
+	// Subscribed before the process can end: a stop committed from now on
+	// is seen.
+	wake, unsub := s.svc.Store().Subscribe(topicTasks)
+	exited := make(chan struct{})
+	s.tasks.wg.Add(2)
+	go func() {
+		// A task ended in the store while its process runs (stopped, or
+		// interrupted on another node) is killed once that commit is
+		// visible, never before: an aborted transaction kills nothing.
+		defer s.tasks.wg.Done()
+		defer unsub()
+		for {
+			select {
+			case <-exited:
+				return
+			case <-wake:
+			}
+			if tk, err := s.task(t.Owner, t.ID); err == nil && tk.State != TaskRunning {
+				killGroup(cmd.Process)
+				return
+			}
+		}
+	}()
 	go func() {
 		defer s.tasks.wg.Done()
 		err := cmd.Wait()
+		close(exited)
 		s.tasks.mu.Lock()
 		delete(s.tasks.procs, t.ID)
 		s.tasks.mu.Unlock()
@@ -216,6 +251,7 @@ func (s *Service) EndTaskTx(tx store.Tx, owner, id, state, reason, output string
 	if err := s.putTask(tx, &t); err != nil {
 		return false, err
 	}
+	tx.Notify(topicTasks)
 	text := fmt.Sprintf("task %s (%s) %s", t.ID, t.Name, state)
 	switch state {
 	case TaskStopped:
@@ -297,8 +333,8 @@ func (s *Service) taskIDsTx(tx store.Tx, r *requests.Request) ([]string, error) 
 	return ids, err
 }
 
-// stopTasksTx ends request r's running tasks as stopped and kills their
-// processes.
+// stopTasksTx ends request r's running tasks as stopped; their processes
+// are killed once the transaction commits (see start).
 func (s *Service) stopTasksTx(tx store.Tx, r *requests.Request) error {
 	ids, err := s.taskIDsTx(tx, r)
 	if err != nil {
@@ -308,11 +344,6 @@ func (s *Service) stopTasksTx(tx store.Tx, r *requests.Request) error {
 		if _, err := s.EndTaskTx(tx, r.Owner, id, TaskStopped, "its request was cancelled", ""); err != nil {
 			return err
 		}
-		s.tasks.mu.Lock()
-		if cmd := s.tasks.procs[id]; cmd != nil && cmd.Process != nil {
-			killGroup(cmd.Process)
-		}
-		s.tasks.mu.Unlock()
 	}
 	return nil
 }
