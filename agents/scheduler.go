@@ -237,22 +237,40 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 	}
 }
 
-// yield parks a request whose agent ended its turn waiting, if the
-// delegator knows what it waits on; otherwise the request fails.
+// yield parks a request whose agent ended its turn waiting, if it waits on
+// something: what the delegator knows of (an open rendezvous or task), or
+// input that arrived in its inbox after the turn began (a task that ended,
+// or an answer that came, during the very turn that started it: the next
+// turn gets it at once). Otherwise the request fails. The delegator is asked
+// first: whatever ends after it answered "nothing" has already put its
+// result in the inbox, which the parking transaction then sees.
 func (s *Scheduler) yield(ctx context.Context, r *requests.Request, reason string, got []inboxItem) error {
 	waiting, err := false, error(nil)
 	if s.Delegator != nil {
 		waiting, err = s.Delegator.Waiting(ctx, r.ID)
 	}
-	switch {
-	case err != nil:
+	if err != nil {
 		return s.end(ctx, r.ID, requests.Fail, "the agent yielded: "+err.Error(), "", got)
-	case !waiting && s.Delegator == nil:
-		return s.end(ctx, r.ID, requests.Fail, "the agent yielded, but delegation is not available", "", got)
-	case !waiting:
-		return s.end(ctx, r.ID, requests.Fail, "the agent yielded, but it waits on nothing", "", got)
 	}
-	return s.svc.Store().Update(ctx, func(tx store.Tx) error {
+	acked := map[string]bool{}
+	for _, it := range got {
+		acked[it.key] = true
+	}
+	parked := false
+	err = s.svc.Store().Update(ctx, func(tx store.Tx) error {
+		parked = waiting
+		if !parked {
+			items, err := inboxTx(tx, r)
+			if err != nil {
+				return err
+			}
+			for _, it := range items {
+				parked = parked || !acked[it.key]
+			}
+		}
+		if !parked {
+			return nil
+		}
 		if err := tx.Put(bucketParked, requestKey(r), []byte(reason)); err != nil {
 			return err
 		}
@@ -269,6 +287,14 @@ func (s *Scheduler) yield(ctx context.Context, r *requests.Request, reason strin
 		})
 		return err
 	})
+	switch {
+	case err != nil || parked:
+		return err
+	case s.Delegator == nil:
+		return s.end(ctx, r.ID, requests.Fail, "the agent yielded, but delegation is not available", "", got)
+	default:
+		return s.end(ctx, r.ID, requests.Fail, "the agent yielded, but it waits on nothing", "", got)
+	}
 }
 
 // end applies the terminal event and, in the same transaction, acknowledges

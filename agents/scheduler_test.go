@@ -524,3 +524,43 @@ func TestCancelWhileDown(t *testing.T) {
 		t.Errorf("%d turns, want 1", turns)
 	}
 }
+
+// quickTasks is a delegator whose background tasks end at once: each
+// result is in the request's inbox before the turn that started it yields,
+// and nothing is left open to wait on.
+type quickTasks struct {
+	delegator
+}
+
+func (d *quickTasks) BackgroundRun(ctx context.Context, from requests.ID, run agents.BackgroundRun) (string, error) {
+	err := d.e.db.Update(ctx, func(tx store.Tx) error {
+		return agents.DeliverTx(tx, d.e.svc, from, agents.Input{Kind: agents.InputTaskResult, TaskID: "T-1",
+			State: "succeeded", Text: "task T-1 (" + run.Name + ") succeeded"})
+	})
+	return "T-1", err
+}
+
+func (d *quickTasks) Waiting(context.Context, requests.ID) (bool, error) { return false, nil }
+
+// TestYieldSeesInputOfItsTurn: a task that ends during the very turn that
+// started it is something to wait on: the yield parks the request, and the
+// next turn gets the result (rather than the request failing with "waits
+// on nothing").
+func TestYieldSeesInputOfItsTurn(t *testing.T) {
+	e := newEnv(t)
+	e.start(func(s *agents.Scheduler) { s.Delegator = &quickTasks{delegator{e: e}} },
+		agents.Agent{Name: "coder", Runtime: e.exec()})
+	r := e.ask(alice, "coder", "background quick true; yield on quick")
+	got := e.waitState(r.ID, requests.Done)
+	if !strings.Contains(got.Result, "task T-1 (quick) succeeded") {
+		t.Errorf("result %q", got.Result)
+	}
+	if !e.hasAudit(r.ID, "yield", "on quick") || !e.hasAudit(r.ID, "wake", "1 new input") {
+		t.Errorf("audit:\n%s", e.auditText(r.ID))
+	}
+	// Without anything new in the inbox, a yield still waits on nothing.
+	r2 := e.ask(alice, "coder", "yield on air")
+	if got := e.waitState(r2.ID, requests.Failed); !strings.Contains(got.Reason, "waits on nothing") {
+		t.Errorf("reason %q", got.Reason)
+	}
+}

@@ -195,8 +195,9 @@ func (s *Service) auditRefusal(ctx context.Context, from requests.ID, cause erro
 }
 
 // Waiting reports whether request id has an open rendezvous (it asked an
-// agent that has not answered), an open background task, or a task result
-// delivered during the turn that just yielded (its next turn gets it).
+// agent that has not answered) or an open background task. (Results that
+// arrived during the turn that just yielded are the scheduler's to see:
+// they sit in the request's inbox.)
 func (s *Service) Waiting(ctx context.Context, id requests.ID) (bool, error) {
 	waiting := false
 	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
@@ -212,11 +213,7 @@ func (s *Service) Waiting(ctx context.Context, id requests.ID) (bool, error) {
 		if err != nil {
 			return err
 		}
-		pending, err := s.takePendingTx(tx, r)
-		if err != nil {
-			return err
-		}
-		waiting = len(open) > 0 || tasks || pending
+		waiting = len(open) > 0 || tasks
 		return nil
 	})
 	if err != nil {
@@ -319,9 +316,6 @@ func (s *Service) Observe(tx store.Tx, before, after *requests.Request) error {
 		if _, err := s.CompleteTx(tx, after); err != nil {
 			return err
 		}
-	}
-	if _, err := s.takePendingTx(tx, after); err != nil {
-		return err
 	}
 	if after.State == requests.Cancelled {
 		if err := s.stopTasksTx(tx, after); err != nil {

@@ -279,42 +279,7 @@ func (s *Service) EndTaskTx(tx store.Tx, owner, id, state, reason, output string
 	if err := s.noticeTx(tx, t.Request, trim(text, 500)); err != nil {
 		return false, err
 	}
-	// Delivered while a turn of the request runs: that turn does not get
-	// it, so its yield waits on it (see Waiting).
-	r, err := s.svc.GetTx(tx, t.Request)
-	if err != nil {
-		return false, err
-	}
-	if r.State == requests.Running && !strings.HasPrefix(r.Activity, "waiting") {
-		if err := tx.Put(bucketTasksOpen, pendingPrefix(r)+t.ID, nil); err != nil {
-			return false, err
-		}
-	}
 	return true, nil
-}
-
-// pendingPrefix prefixes the markers of task results delivered to r during
-// one of its turns: p/<owner>/<request key>/<task id>.
-func pendingPrefix(r *requests.Request) string { return "p/" + r.Owner + "/" + r.ID.Key() + "/" }
-
-// takePendingTx reports whether r has task results delivered during its
-// turn, and clears their markers (the yield that asks is the turn's end).
-func (s *Service) takePendingTx(tx store.Tx, r *requests.Request) (bool, error) {
-	var keys []string
-	p := pendingPrefix(r)
-	err := tx.Scan(bucketTasksOpen, p, store.PrefixEnd(p), func(k string, _ []byte) error {
-		keys = append(keys, k)
-		return nil
-	})
-	if err != nil {
-		return false, err
-	}
-	for _, k := range keys {
-		if err := tx.Delete(bucketTasksOpen, k); err != nil {
-			return false, err
-		}
-	}
-	return len(keys) > 0, nil
 }
 
 // openTasksTx counts request r's running tasks.
