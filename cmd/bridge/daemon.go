@@ -22,6 +22,7 @@ import (
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/delegation"
+	"github.com/roombridge/roombridge/delegation/mcptools"
 	"github.com/roombridge/roombridge/httpapi"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/rooms"
@@ -135,6 +136,10 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	deliver := threads.NewDeliverer(db, clk, log, be.outbound(conns)...)
 
 	api := httpapi.New(httpapi.Options{Service: svc, Router: router, Token: token, Log: log, Ready: be.ready})
+	// Agent tools over MCP, each call bound by its per-turn token to one
+	// request (tokens come from tools.Issue; see delegation/mcptools).
+	tools := mcptools.New(mcptools.Options{Requests: svc, Delegator: del, Approver: appr, Log: log})
+	api.Mount("/mcp", tools)
 	for _, c := range conns {
 		if w, ok := c.(webhooks); ok {
 			for pattern, h := range w.Routes(router) {
