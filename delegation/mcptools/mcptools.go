@@ -131,8 +131,21 @@ func (s *Server) Resolve(ctx context.Context, token string) (requests.ID, error)
 		return requests.ID{}, ErrUnauthorized
 	}
 	var rec tokenRecord
-	err := s.svc.Store().View(ctx, func(tx store.Tx) error { return store.GetJSON(tx, BucketTokens, tokenKey(token), &rec) })
-	if errors.Is(err, store.ErrNotFound) {
+	ended := false
+	err := s.svc.Store().View(ctx, func(tx store.Tx) error {
+		if err := store.GetJSON(tx, BucketTokens, tokenKey(token), &rec); err != nil {
+			return err
+		}
+		r, err := s.svc.GetTx(tx, rec.Request)
+		if err != nil {
+			return err
+		}
+		// A token left behind by a turn that never revoked it (the bridge
+		// was killed) is dead once its request ended.
+		ended = r.State.Terminal()
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) || ended {
 		return requests.ID{}, ErrUnauthorized
 	}
 	if err != nil {
@@ -158,6 +171,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusInternalServerError
 		}
 		s.log.WarnContext(r.Context(), "mcp request refused", "remote", r.RemoteAddr, "error", err)
+		s.auditRefused(r)
 		w.Header().Set("Content-Type", "application/json")
 		if status == http.StatusUnauthorized {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="roombridge-mcp"`)
@@ -167,6 +181,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.inner.ServeHTTP(w, r)
+}
+
+// auditRefused records a refused MCP HTTP request.
+func (s *Server) auditRefused(r *http.Request) {
+	err := s.svc.Store().Update(r.Context(), func(tx store.Tx) error {
+		return audit.Append(tx, audit.Record{Time: s.svc.Clock().Now().UTC(), Actor: "mcp:unauthenticated",
+			Action: "auth_refused", Detail: fmt.Sprintf("%s %s from %s", r.Method, r.URL.Path, r.RemoteAddr)})
+	})
+	if err != nil {
+		s.log.ErrorContext(r.Context(), "auditing a refused mcp request", "error", err)
+	}
 }
 
 // caller resolves the request a tool call acts on, from the token of the

@@ -226,7 +226,11 @@ func hasAudit(t *testing.T, e *env, id requests.ID, action, detail string) bool 
 	t.Helper()
 	found := false
 	err := audit.Each(e.ctx, e.svc.Store(), audit.Query{}, func(r *audit.Record) error {
-		if r.RequestID == id.String() && r.Action == action && strings.Contains(r.Detail, detail) {
+		rid := ""
+		if id != (requests.ID{}) {
+			rid = id.String()
+		}
+		if r.RequestID == rid && r.Action == action && strings.Contains(r.Detail, detail) {
 			found = true
 		}
 		return nil
@@ -269,6 +273,30 @@ func TestNoOrWrongTokenRefused(t *testing.T) {
 	}
 	if n := len(e.delegatedBy(ra.ID)); n != 0 {
 		t.Fatalf("%d delegated requests", n)
+	}
+	if !hasAudit(t, e, requests.ID{}, "auth_refused", "POST /mcp") {
+		t.Fatal("refused MCP requests not audited")
+	}
+}
+
+// A token never revoked (the bridge was killed mid-turn) dies with its
+// request.
+func TestTokenOfEndedRequestRefused(t *testing.T) {
+	e := newEnv(t)
+	ra := e.running("coder", "x")
+	tok, _ := e.issue(ra.ID)
+	if _, err := e.mcp.Resolve(e.ctx, tok); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.Apply(e.ctx, ra.ID, requests.Change{Event: requests.Finish, Actor: "system:test"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.mcp.Resolve(e.ctx, tok); !errors.Is(err, mcptools.ErrUnauthorized) {
+		t.Fatalf("token of a finished request: %v", err)
+	}
+	if cs, err := e.connect(tok); err == nil {
+		_ = cs.Close()
+		t.Fatal("connected with the token of a finished request")
 	}
 }
 
