@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -388,4 +389,133 @@ func (t *tail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.buf.String()
+}
+
+// ErrNoTask: there is no task with that ID.
+var ErrNoTask = errors.New("no such task")
+
+// ErrTaskEnded: the task has already ended.
+var ErrTaskEnded = errors.New("the task has already ended")
+
+// Running lists the running tasks of the requests of room ("": of every
+// room), in the order they were started.
+func (s *Service) Running(ctx context.Context, room string) ([]Task, error) {
+	var out []Task
+	err := s.svc.Store().View(ctx, func(tx store.Tx) error {
+		out = nil
+		return tx.Scan(bucketTasksOpen, "a/", store.PrefixEnd("a/"), func(k string, _ []byte) error {
+			rest := strings.TrimPrefix(k, "a/")
+			owner, _, _ := strings.Cut(rest, "/")
+			var t Task
+			if err := store.GetJSON(tx, bucketTasks, owner+"/"+rest[strings.LastIndex(rest, "/")+1:], &t); err != nil {
+				return err
+			}
+			if room != "" {
+				r, err := s.svc.GetTx(tx, t.Request)
+				if err != nil {
+					return err
+				}
+				if r.Room != room {
+					return nil
+				}
+			}
+			out = append(out, t)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("delegation: running tasks: %w", err)
+	}
+	slices.SortFunc(out, func(a, b Task) int { return a.Started.Compare(b.Started) })
+	return out, nil
+}
+
+// RunningText is Running as lines for a chat room's "tasks" command.
+func (s *Service) RunningText(ctx context.Context, room string) (string, error) {
+	ts, err := s.Running(ctx, room)
+	if err != nil {
+		return "", err
+	}
+	if len(ts) == 0 {
+		return "no background tasks running", nil
+	}
+	lines := []string{fmt.Sprintf("%d background task(s) running:", len(ts))}
+	for _, t := range ts {
+		lines = append(lines, fmt.Sprintf("%s %s (%s for %s, since %s): %s", t.ID, t.Name, t.Agent, t.Request,
+			t.Started.Format(time.TimeOnly), trim(strings.Join(t.Command, " "), 80)))
+	}
+	return strings.Join(lines, "\n"), nil
+}
+
+// StopTask stops running task id on behalf of actor (surface: where it
+// came from): it ends as stopped (its request is told the work is
+// incomplete) and its process is killed once that commits. An unknown or
+// ended task is refused, with an audit record and no change.
+func (s *Service) StopTask(ctx context.Context, id, actor, surface string) (*Task, error) {
+	var t Task
+	var refusal error
+	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
+		refusal = nil
+		found, err := findTaskTx(tx, id, &t)
+		if err != nil {
+			return err
+		}
+		if !found {
+			refusal = fmt.Errorf("%w: %q", ErrNoTask, id)
+			return nil
+		}
+		owner := t.Owner
+		if t.State != TaskRunning {
+			refusal = fmt.Errorf("%w: %s is %s", ErrTaskEnded, t.ID, t.State)
+			return nil
+		}
+		if _, err := s.EndTaskTx(tx, owner, id, TaskStopped, "stopped by "+actor, ""); err != nil {
+			return err
+		}
+		if err := audit.Append(tx, audit.Record{Time: s.svc.Clock().Now().UTC(), RequestID: t.Request.String(),
+			Actor: actor, Surface: surface, Action: "task_stop", Detail: t.ID + " " + t.Name}); err != nil {
+			return err
+		}
+		return store.GetJSON(tx, bucketTasks, owner+"/"+id, &t)
+	})
+	if err == nil && refusal != nil {
+		err = refusal
+		if aerr := s.svc.Store().Update(ctx, func(tx store.Tx) error {
+			return audit.Append(tx, audit.Record{Time: s.svc.Clock().Now().UTC(), RequestID: t.Request.String(),
+				Actor: actor, Surface: surface, Action: "task_stop_refused", Detail: refusal.Error()})
+		}); aerr != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "auditing a refused stop", "task", id, "error", aerr)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("delegation: stop task %s: %w", id, err)
+	}
+	return &t, nil
+}
+
+// findTaskTx reads task id of any owner into t: a running one through the
+// open index, an ended one by a scan of the tasks.
+func findTaskTx(tx store.Tx, id string, t *Task) (bool, error) {
+	key := ""
+	find := func(k string, _ []byte) error {
+		if strings.HasSuffix(k, "/"+id) {
+			key = k
+			return store.ErrStop
+		}
+		return nil
+	}
+	if err := tx.Scan(bucketTasksOpen, "a/", store.PrefixEnd("a/"), find); err != nil {
+		return false, err
+	}
+	if key != "" {
+		rest := strings.TrimPrefix(key, "a/")
+		owner, _, _ := strings.Cut(rest, "/")
+		key = owner + "/" + id
+	} else if err := tx.Scan(bucketTasks, "", "", find); err != nil {
+		return false, err
+	}
+	if key == "" {
+		return false, nil
+	}
+	return true, store.GetJSON(tx, bucketTasks, key, t)
 }

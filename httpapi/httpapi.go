@@ -21,6 +21,7 @@ import (
 	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/delegation"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/rooms"
 	"github.com/roombridge/roombridge/store"
@@ -40,6 +41,13 @@ type Server struct {
 	ready  func() bool
 	log    *slog.Logger
 	mux    *http.ServeMux
+	tasks  Tasks
+}
+
+// Tasks are the background tasks the API lists and stops (delegation).
+type Tasks interface {
+	Running(ctx context.Context, room string) ([]delegation.Task, error)
+	StopTask(ctx context.Context, id, actor, surface string) (*delegation.Task, error)
 }
 
 // Options configure a Server.
@@ -52,11 +60,14 @@ type Options struct {
 	Ready    func() bool
 	Log      *slog.Logger
 	Registry *prometheus.Registry
+	// Tasks, if set, adds background tasks to a room's tasks and serves
+	// POST /v1/tasks/{id}/stop.
+	Tasks Tasks
 }
 
 // New returns a Server.
 func New(o Options) *Server {
-	s := &Server{svc: o.Service, router: o.Router, token: o.Token, ready: o.Ready, log: o.Log, mux: http.NewServeMux()}
+	s := &Server{svc: o.Service, router: o.Router, token: o.Token, ready: o.Ready, log: o.Log, mux: http.NewServeMux(), tasks: o.Tasks}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -82,6 +93,7 @@ func New(o Options) *Server {
 	s.handle("POST /v1/users/{user}/revoke", s.revokeUser)
 	s.handle("GET /v1/rooms/{room}/inbox", s.roomInbox)
 	s.handle("GET /v1/rooms/{room}/tasks", s.roomTasks)
+	s.handle("POST /v1/tasks/{id}/stop", s.stopTask)
 	s.handle("GET /v1/audit", s.exportAudit)
 	return s
 }
@@ -144,7 +156,9 @@ func fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusBadRequest, err.Error())
 	case errors.Is(err, requests.ErrUnknown), errors.Is(err, approvals.ErrUnknown), errors.Is(err, approvals.ErrUnknownRoom):
 		writeError(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, approvals.ErrDecided):
+	case errors.Is(err, delegation.ErrNoTask):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, approvals.ErrDecided), errors.Is(err, delegation.ErrTaskEnded):
 		writeError(w, http.StatusConflict, err.Error())
 	case errors.Is(err, rooms.ErrForbidden):
 		writeError(w, http.StatusForbidden, err.Error())
@@ -334,13 +348,16 @@ func (s *Server) roomInbox(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, in)
 }
 
-// Task is one thing that runs now in a room: a running request (background
-// tasks join them with issue 7).
+// Task is one thing that runs now in a room: a running request, or a
+// background task (started by request RequestID).
 type Task struct {
-	Kind            string      `json:"kind"` // "request"
+	Kind            string      `json:"kind"` // "request" or "task"
+	TaskID          string      `json:"task_id,omitempty"`
+	Name            string      `json:"name,omitempty"`
+	Command         []string    `json:"command,omitempty"`
 	RequestID       requests.ID `json:"request_id"`
 	Agent           string      `json:"agent"`
-	Requester       string      `json:"requester"`
+	Requester       string      `json:"requester,omitempty"`
 	StartedAt       time.Time   `json:"started_at"`
 	Progress        int         `json:"progress,omitempty"`
 	Activity        string      `json:"activity,omitempty"`
@@ -365,7 +382,32 @@ func (s *Server) roomTasks(w http.ResponseWriter, r *http.Request) {
 				StartedAt: q.StartedAt, Progress: q.Progress, Activity: q.Activity, CancelRequested: q.CancelRequested})
 		}
 	}
+	if s.tasks != nil {
+		bg, err := s.tasks.Running(r.Context(), room.Name)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		for _, t := range bg {
+			tasks = append(tasks, Task{Kind: "task", TaskID: t.ID, Name: t.Name, Command: t.Command,
+				RequestID: t.Request, Agent: t.Agent, StartedAt: t.Started})
+		}
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"room": room.Name, "tasks": tasks, "count": len(tasks)})
+}
+
+// stopTask stops a background task as the API token holder.
+func (s *Server) stopTask(w http.ResponseWriter, r *http.Request) {
+	if s.tasks == nil {
+		writeError(w, http.StatusNotImplemented, "background tasks are not available")
+		return
+	}
+	t, err := s.tasks.StopTask(r.Context(), r.PathValue("id"), APIActor, chat.API)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t)
 }
 
 // ParseTime accepts RFC 3339 times and YYYY-MM-DD days (UTC).

@@ -314,3 +314,90 @@ func auditExport(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	return nil
 }
+
+// roomTask is a row of GET /v1/rooms/{room}/tasks.
+type roomTask struct {
+	Kind      string      `json:"kind"`
+	TaskID    string      `json:"task_id"`
+	Name      string      `json:"name"`
+	Command   []string    `json:"command"`
+	RequestID requests.ID `json:"request_id"`
+	Agent     string      `json:"agent"`
+	StartedAt time.Time   `json:"started_at"`
+	Activity  string      `json:"activity"`
+}
+
+// tasksList prints what runs now (requests and background tasks) in one
+// room, or in every room of the config.
+func tasksList(ctx context.Context, args []string, out io.Writer) error {
+	fs := newFlags("tasks list")
+	room := fs.String("room", "", "only this room (default: every room of the config)")
+	mk := apiFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("%w: tasks list takes no arguments", errUsage)
+	}
+	rooms := []string{*room}
+	if *room == "" {
+		cfg, err := loadConfig(fs.Lookup("config").Value.String())
+		if err != nil {
+			return err
+		}
+		rooms = rooms[:0]
+		for _, r := range cfg.Rooms {
+			rooms = append(rooms, r.Name)
+		}
+	}
+	c, err := mk()
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ROOM\tKIND\tID\tREQUEST\tAGENT\tSINCE\tWHAT")
+	for _, name := range rooms {
+		var res struct {
+			Tasks []roomTask `json:"tasks"`
+		}
+		if err := c.getJSON(ctx, http.MethodGet, "/v1/rooms/"+url.PathEscape(name)+"/tasks", &res); err != nil {
+			return err
+		}
+		for _, t := range res.Tasks {
+			id, what := t.RequestID.String(), t.Activity
+			if t.Kind == "task" {
+				id, what = t.TaskID, t.Name+": "+strings.Join(t.Command, " ")
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, t.Kind, id, t.RequestID, t.Agent,
+				t.StartedAt.Local().Format(time.TimeOnly), oneLine(what, 80))
+		}
+	}
+	return tw.Flush()
+}
+
+// taskStop stops a background task through the daemon.
+func taskStop(ctx context.Context, args []string, out io.Writer) error {
+	fs := newFlags("tasks stop")
+	mk := apiFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 || fs.Arg(0) == "" {
+		return fmt.Errorf("%w: tasks stop needs exactly one task ID (T-3)", errUsage)
+	}
+	c, err := mk()
+	if err != nil {
+		return err
+	}
+	var res struct {
+		ID      string      `json:"id"`
+		State   string      `json:"state"`
+		Name    string      `json:"name"`
+		Request requests.ID `json:"request"`
+	}
+	if err := c.getJSON(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(fs.Arg(0))+"/stop", &res); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%s (%s) %s; %s is told the work is incomplete\n", res.ID, res.Name, res.State, res.Request)
+	return nil
+}

@@ -28,6 +28,8 @@ const usage = `usage: bridge <command> [flags]
   cancel ID | retry ID
   approve ID | deny ID                approve or deny (R-07: a request; R-07.1: a permission its agent asked)
   revoke USER                         cancel USER's pending and queued requests (surface:id); running ones finish
+  tasks list [--room R]               running requests and background tasks
+  tasks stop ID                       stop a background task (its request is told the work is incomplete)
   audit export [--since T] [--until T] [--format jsonl|csv] [-o FILE]
 
 Commands that talk to a running daemon take --api URL and --config FILE.`
@@ -71,6 +73,14 @@ func run(ctx context.Context, args []string) error {
 		return approvalAction(ctx, cmd, rest, os.Stdout)
 	case "revoke":
 		return revokeUser(ctx, rest, os.Stdout)
+	case "tasks":
+		switch {
+		case len(rest) > 0 && rest[0] == "list":
+			return tasksList(ctx, rest[1:], os.Stdout)
+		case len(rest) > 0 && rest[0] == "stop":
+			return taskStop(ctx, rest[1:], os.Stdout)
+		}
+		return fmt.Errorf("%w: tasks list|stop", errUsage)
 	case "audit":
 		if len(rest) == 0 || rest[0] != "export" {
 			return fmt.Errorf("%w: audit export [flags]", errUsage)

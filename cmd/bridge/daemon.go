@@ -21,6 +21,7 @@ import (
 	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/connectors/console"
 	"github.com/roombridge/roombridge/delegation"
 	"github.com/roombridge/roombridge/delegation/mcptools"
 	"github.com/roombridge/roombridge/httpapi"
@@ -115,6 +116,11 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	del := delegation.New(delegation.Options{Requests: svc, Agents: sorted(mapKeys(cfg.Agents)), MaxTasks: caps,
 		Workdir: cfg.DataDir, Threads: th, Log: log})
 	svc.Observe(del.Observe)
+	for _, c := range conns {
+		if cc, ok := c.(*console.Connector); ok {
+			cc.Tasks = del.RunningText // the console's "tasks" command
+		}
+	}
 	router := rooms.New(svc, appr, cfg.Rooms, log)
 	sweeper, err := ttl.New(ttl.Options{Spec: cfg.Approvals.Sweep, Clock: clk, Log: log}, appr)
 	if err != nil {
@@ -135,7 +141,7 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	sched.Delegator = del
 	deliver := threads.NewDeliverer(db, clk, log, be.outbound(conns)...)
 
-	api := httpapi.New(httpapi.Options{Service: svc, Router: router, Token: token, Log: log, Ready: be.ready})
+	api := httpapi.New(httpapi.Options{Service: svc, Router: router, Token: token, Log: log, Ready: be.ready, Tasks: del})
 	// Agent tools over MCP, each call bound by its per-turn token to one
 	// request (tokens come from tools.Issue; see delegation/mcptools).
 	tools := mcptools.New(mcptools.Options{Requests: svc, Delegator: del, Approver: appr, Log: log})

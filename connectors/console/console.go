@@ -18,6 +18,10 @@ type Connector struct {
 	in   io.Reader
 	room string
 
+	// Tasks, if set, answers the "tasks" command: what runs in the room
+	// (background tasks). Set it before Run.
+	Tasks func(ctx context.Context, room string) (string, error)
+
 	mu     sync.Mutex
 	out    io.Writer
 	user   string
@@ -57,7 +61,7 @@ func (c *Connector) Run(ctx context.Context, h chat.Handler) error {
 			}
 		}
 	}()
-	c.printf("console room %q: type @agent <ask>, inbox, approve|deny|cancel|retry|show <ID>, /as <user>, help", c.room)
+	c.printf("console room %q: type @agent <ask>, inbox, tasks, approve|deny|cancel|retry|show <ID>, /as <user>, help", c.room)
 	for {
 		select {
 		case <-ctx.Done():
@@ -91,6 +95,14 @@ func (c *Connector) handle(ctx context.Context, h chat.Handler, line string) {
 		c.user = who
 		c.mu.Unlock()
 		c.printf("* you are now console:%s", who)
+		return
+	case line == "tasks" && c.Tasks != nil:
+		text, err := c.Tasks(ctx, c.room)
+		if err != nil {
+			c.printf("! %s", err)
+			return
+		}
+		c.printf("* %s", strings.ReplaceAll(text, "\n", "\n  "))
 		return
 	case strings.HasPrefix(line, "@"):
 		ev.Kind = chat.Ask
