@@ -87,7 +87,11 @@ func New(o Options) *Server {
 	}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "roombridge", Version: "1"}, nil)
 	s.addTools()
-	s.inner = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, nil)
+	// Stateless: no MCP session lives in this process's memory (none leaks
+	// when an agent never closes its own, and any bridge instance can serve
+	// any call); what binds a call to its request is the token, in the store.
+	s.inner = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
+		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true, Logger: s.log})
 	return s
 }
 
