@@ -56,7 +56,13 @@ type Rendezvous struct {
 	Reason  string      `json:"reason,omitempty"`
 	Created time.Time   `json:"created"`
 	Updated time.Time   `json:"updated"`
+	// Deadline is when an open rendezvous times out (zero: never).
+	Deadline time.Time `json:"deadline,omitzero"`
 }
+
+// TimerKind is the kind of the rendezvous timeouts in the store's expiry
+// index (swept by the ttl sweeper, through Due and Expire).
+const TimerKind = "rendezvous"
 
 // IsOpen reports whether the rendezvous still holds its asker.
 func (rv *Rendezvous) IsOpen() bool { return rv.State == Open || rv.State == WaitingOnTask }
@@ -78,7 +84,12 @@ type Options struct {
 	// each task's start and end, and a notice for a result that arrived
 	// after its request ended.
 	Threads *threads.Threads
-	Log     *slog.Logger
+	// RendezvousTimeout, if set, is how long an asker waits on the
+	// delegated request's answer: then the rendezvous times out, the asker
+	// is answered so and the delegated request is cancelled (0: it waits
+	// as long as it takes).
+	RendezvousTimeout time.Duration
+	Log               *slog.Logger
 }
 
 // Service implements agents.Delegator over the store. Register its Observe
@@ -90,6 +101,7 @@ type Service struct {
 	workdir string
 	log     *slog.Logger
 	threads *threads.Threads
+	timeout time.Duration
 	tasks   tasks
 }
 
@@ -97,7 +109,8 @@ var _ agents.Delegator = (*Service)(nil)
 
 // New returns a delegation service.
 func New(o Options) *Service {
-	s := &Service{svc: o.Requests, log: o.Log, agents: map[string]bool{}, caps: o.MaxTasks, workdir: o.Workdir, threads: o.Threads}
+	s := &Service{svc: o.Requests, log: o.Log, agents: map[string]bool{}, caps: o.MaxTasks, workdir: o.Workdir, threads: o.Threads,
+		timeout: o.RendezvousTimeout}
 	s.tasks.procs = map[string]*exec.Cmd{}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -132,6 +145,12 @@ func (s *Service) AskAgent(ctx context.Context, from requests.ID, agent, text st
 		}
 		now := s.svc.Clock().Now().UTC()
 		rv := Rendezvous{From: ra.ID, To: rb.ID, Agent: agent, State: Open, Created: now, Updated: now}
+		if s.timeout > 0 {
+			rv.Deadline = now.Add(s.timeout).Truncate(time.Millisecond) // the expiry index keeps milliseconds
+			if err := store.AddTimer(tx, TimerKind, rv.Deadline, rvKey(rb)); err != nil {
+				return err
+			}
+		}
 		if err := store.PutJSON(tx, bucketRendezvous, rvKey(rb), rv); err != nil {
 			return err
 		}
@@ -301,6 +320,11 @@ func (s *Service) transitionTx(tx store.Tx, rb *requests.Request, from []string,
 		if err := tx.Delete(bucketOpen, rb.Owner+"/"+rv.From.Key()+"/"+rb.ID.Key()); err != nil {
 			return nil, err
 		}
+		if !rv.Deadline.IsZero() {
+			if err := store.RemoveTimer(tx, TimerKind, rv.Deadline, rvKey(rb)); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return &before, audit.Append(tx, audit.Record{Time: rv.Updated, RequestID: rv.From.String(), Actor: actor,
 		Action: "rendezvous", From: before.State, To: state, Detail: rb.ID.String() + " " + reason})
@@ -372,24 +396,94 @@ func (s *Service) cancelDelegatedTx(tx store.Tx, ra *requests.Request) error {
 		if _, err := s.transitionTx(tx, rb, []string{Open, WaitingOnTask}, Cancelled, reason); err != nil {
 			return err
 		}
-		if err := s.stopTasksTx(tx, rb); err != nil {
-			return err
-		}
-		switch {
-		case rb.State.Terminal():
-		case rb.State == requests.Running:
-			_, err = s.svc.UpdateTx(tx, id, actor, "cancel_requested", reason, func(r *requests.Request) {
-				r.CancelRequested, r.Reason = true, reason
-			})
-		default:
-			_, err = s.svc.ApplyTx(tx, id, requests.Change{Event: requests.Cancel, Actor: actor, Detail: reason,
-				Mutate: func(r *requests.Request) { r.Reason = reason }})
-		}
-		if err != nil {
+		if err := s.cancelTx(tx, rb, reason); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// cancelTx cancels delegated request rb, whose rendezvous has closed: its
+// tasks stop, a running rb stops at its next safe point, a queued one ends
+// at once.
+func (s *Service) cancelTx(tx store.Tx, rb *requests.Request, reason string) error {
+	if err := s.stopTasksTx(tx, rb); err != nil {
+		return err
+	}
+	var err error
+	switch {
+	case rb.State.Terminal():
+	case rb.State == requests.Running:
+		_, err = s.svc.UpdateTx(tx, rb.ID, actor, "cancel_requested", reason, func(r *requests.Request) {
+			r.CancelRequested, r.Reason = true, reason
+		})
+	default:
+		_, err = s.svc.ApplyTx(tx, rb.ID, requests.Change{Event: requests.Cancel, Actor: actor, Detail: reason,
+			Mutate: func(r *requests.Request) { r.Reason = reason }})
+	}
+	return err
+}
+
+// Due returns up to limit rendezvous timeouts due at now (ttl.Expirer).
+func (s *Service) Due(ctx context.Context, now time.Time, limit int) ([]store.Timer, error) {
+	var due []store.Timer
+	err := s.svc.Store().View(ctx, func(tx store.Tx) error {
+		var err error
+		due, err = store.DueTimers(tx, TimerKind, now, limit)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("delegation: due: %w", err)
+	}
+	return due, nil
+}
+
+// Expire times out the rendezvous of timer t if it is still open and due
+// at now, in one transaction (ttl.Expirer): the asker gets a terminal
+// "timed out" answer at its next turn and the delegated request is
+// cancelled. A timer whose rendezvous closed meanwhile is removed.
+func (s *Service) Expire(ctx context.Context, t store.Timer, now time.Time) (bool, error) {
+	expired := false
+	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
+		expired = false
+		var rv Rendezvous
+		err := store.GetJSON(tx, bucketRendezvous, t.ID, &rv)
+		if errors.Is(err, store.ErrNotFound) {
+			return store.RemoveTimer(tx, t.Kind, t.Due, t.ID)
+		}
+		if err != nil {
+			return err
+		}
+		if !rv.IsOpen() || !rv.Deadline.Equal(t.Due) {
+			return store.RemoveTimer(tx, t.Kind, t.Due, t.ID)
+		}
+		if now.Before(rv.Deadline) {
+			return nil
+		}
+		rb, err := s.svc.GetTx(tx, rv.To)
+		if err != nil {
+			return err
+		}
+		waited := rv.Deadline.Sub(rv.Created).Round(time.Second)
+		reason := fmt.Sprintf("timed out: %s (%s) did not answer %s within %s", rb.ID, rv.Agent, rv.From, waited)
+		if _, err := s.transitionTx(tx, rb, []string{Open, WaitingOnTask}, TimedOut, reason); err != nil {
+			return err
+		}
+		if err := s.cancelTx(tx, rb, "cancelled: "+reason); err != nil {
+			return err
+		}
+		expired = true
+		err = agents.DeliverTx(tx, s.svc, rv.From, agents.Input{Kind: agents.InputAnswer, RequestID: rb.ID.String(),
+			State: TimedOut, Text: reason + "; it is cancelled"})
+		if errors.Is(err, agents.ErrEnded) {
+			return s.undeliveredTx(tx, rv.From, "the timeout of "+rb.ID.String(), reason)
+		}
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("delegation: expire %s: %w", t.ID, err)
+	}
+	return expired, nil
 }
 
 // undeliveredTx records (audit, and a notice in its thread) what arrived

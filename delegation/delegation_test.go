@@ -25,6 +25,7 @@ import (
 	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/store/bolt"
 	"github.com/roombridge/roombridge/threads"
+	"github.com/roombridge/roombridge/ttl"
 )
 
 // The test binary doubles as the demo agent (as `bridge demo-agent`) when
@@ -54,6 +55,12 @@ type env struct {
 
 func newEnv(t *testing.T, caps map[string]int) *env {
 	t.Helper()
+	return newEnvTimeout(t, caps, 0)
+}
+
+// newEnvTimeout is newEnv whose rendezvous time out after timeout (0: never).
+func newEnvTimeout(t *testing.T, caps map[string]int, timeout time.Duration) *env {
+	t.Helper()
 	dir := t.TempDir()
 	db, err := bolt.Open(filepath.Join(dir, "bridge.db"))
 	if err != nil {
@@ -66,7 +73,8 @@ func newEnv(t *testing.T, caps map[string]int) *env {
 	svc.Observe(th.Observe)
 	appr := approvals.New(approvals.Options{Requests: svc, Rooms: rs, TTL: time.Hour, Threads: th, Surfaces: []string{chat.Console}})
 	svc.Observe(appr.Observe)
-	del := delegation.New(delegation.Options{Requests: svc, Agents: []string{"coder", "reviewer"}, MaxTasks: caps, Workdir: dir, Threads: th})
+	del := delegation.New(delegation.Options{Requests: svc, Agents: []string{"coder", "reviewer"}, MaxTasks: caps, Workdir: dir, Threads: th,
+		RendezvousTimeout: timeout})
 	svc.Observe(del.Observe)
 	e := &env{t: t, ctx: ctx, db: db, svc: svc, router: rooms.New(svc, appr, rs, nil), del: del, log: filepath.Join(dir, "demo.log")}
 	rt := func() *agents.Exec {
@@ -570,5 +578,58 @@ func TestCancelStopsTasks(t *testing.T) {
 	case <-done:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the stopped task's process still runs after 30s")
+	}
+}
+
+// TestRendezvousTimeout: B works past the rendezvous timeout (its task
+// runs): the ttl sweeper times the rendezvous out, B's request is cancelled
+// and its task stopped, and A gets a terminal "timed out" answer and
+// finishes. A second sweep changes nothing; an answered rendezvous leaves
+// no timer behind.
+func TestRendezvousTimeout(t *testing.T) {
+	e := newEnvTimeout(t, nil, time.Hour)
+	gate := filepath.Join(t.TempDir(), "gate")
+	t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o644) })
+	ra := e.ask("coder", "ask reviewer background tests sh "+script(t, gate, "x")+"| yield on tests")
+	rb := e.delegated(ra.ID)
+	e.waitFor("rendezvous waiting on task", func() bool {
+		rv, err := e.del.Get(e.ctx, rb.ID)
+		return err == nil && rv.State == delegation.WaitingOnTask
+	})
+	clk := clock.NewFake(time.Now())
+	sw, err := ttl.New(ttl.Options{Clock: clk}, e.del)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := sw.SweepOnce(e.ctx); err != nil || res.Due != 0 {
+		t.Fatalf("sweep before the deadline: %+v %v", res, err)
+	}
+	clk.Advance(2 * time.Hour)
+	if res, err := sw.SweepOnce(e.ctx); err != nil || res.Expired != 1 {
+		t.Fatalf("sweep after the deadline: %+v %v", res, err)
+	}
+	got := e.waitState(ra.ID, requests.Done)
+	if want := "got answer " + rb.ID.String() + ": timed out: " + rb.ID.String() + " (reviewer) did not answer " +
+		ra.ID.String() + " within 1h0m0s; it is cancelled"; got.Result != want {
+		t.Errorf("RA result %q, want %q", got.Result, want)
+	}
+	if b := e.waitState(rb.ID, requests.Cancelled); !strings.Contains(b.Reason, "cancelled: timed out") {
+		t.Errorf("RB reason %q", b.Reason)
+	}
+	if rv := e.rendezvous(rb.ID); rv.State != delegation.TimedOut {
+		t.Errorf("rendezvous %s", rv.State)
+	}
+	if tk := findTask(t, e, "T-1"); tk.State != delegation.TaskStopped {
+		t.Errorf("task %s", tk.State)
+	}
+	if res, err := sw.SweepOnce(e.ctx); err != nil || res.Due != 0 {
+		t.Errorf("second sweep: %+v %v", res, err)
+	}
+
+	// Answered in time: the timer goes with the rendezvous.
+	ra2 := e.ask("coder", "ask reviewer echo fine")
+	e.waitState(ra2.ID, requests.Done)
+	if due, err := e.del.Due(e.ctx, time.Now().Add(3*time.Hour), 0); err != nil || len(due) != 0 {
+		t.Errorf("timers left: %v %v", due, err)
 	}
 }

@@ -122,7 +122,9 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 		}
 	}
 	router := rooms.New(svc, appr, cfg.Rooms, log)
-	sweeper, err := ttl.New(ttl.Options{Spec: cfg.Approvals.Sweep, Clock: clk, Log: log}, appr)
+	// The sweeper expires approvals and times out rendezvous (if
+	// delegation has a rendezvous timeout).
+	sweeper, err := ttl.New(ttl.Options{Spec: cfg.Approvals.Sweep, Clock: clk, Log: log}, appr, del)
 	if err != nil {
 		return err
 	}
