@@ -18,18 +18,19 @@ import (
 
 // Config is the whole configuration (DESIGN §5).
 type Config struct {
-	Owner     string           `yaml:"owner"`
-	Owners    []string         `yaml:"owners"`
-	DataDir   string           `yaml:"data_dir"`
-	HTTP      HTTP             `yaml:"http"`
-	Slack     *Slack           `yaml:"slack"`
-	Feishu    *Feishu          `yaml:"feishu"`
-	Console   *Console         `yaml:"console"`
-	Rooms     []Room           `yaml:"rooms"`
-	Agents    map[string]Agent `yaml:"agents"`
-	Approvals Approvals        `yaml:"approvals"`
-	HA        *HA              `yaml:"ha"`
-	Log       Log              `yaml:"log"`
+	Owner      string           `yaml:"owner"`
+	Owners     []string         `yaml:"owners"`
+	DataDir    string           `yaml:"data_dir"`
+	HTTP       HTTP             `yaml:"http"`
+	Slack      *Slack           `yaml:"slack"`
+	Feishu     *Feishu          `yaml:"feishu"`
+	Console    *Console         `yaml:"console"`
+	Rooms      []Room           `yaml:"rooms"`
+	Agents     map[string]Agent `yaml:"agents"`
+	Approvals  Approvals        `yaml:"approvals"`
+	Delegation Delegation       `yaml:"delegation"`
+	HA         *HA              `yaml:"ha"`
+	Log        Log              `yaml:"log"`
 }
 
 // HTTP is the API server.
@@ -97,6 +98,14 @@ type Agent struct {
 type Approvals struct {
 	TTL   time.Duration `yaml:"ttl"`
 	Sweep string        `yaml:"sweep"`
+}
+
+// Delegation configures agents asking agents.
+type Delegation struct {
+	// RendezvousTimeout bounds how long an asking agent waits on another
+	// agent's answer (0: no limit); when it fires the asker gets "timed out"
+	// and the delegated request is cancelled.
+	RendezvousTimeout time.Duration `yaml:"rendezvous_timeout"`
 }
 
 // HA configures leader election on etcd.
@@ -435,6 +444,9 @@ func (c *Config) Validate() error {
 		default:
 			return keyErr("feishu.mode", "unknown mode %q (want ws or callback)", f.Mode)
 		}
+	}
+	if c.Delegation.RendezvousTimeout < 0 {
+		return keyErr("delegation.rendezvous_timeout", "must not be negative")
 	}
 	if c.Approvals.TTL < 0 {
 		return keyErr("approvals.ttl", "must not be negative")

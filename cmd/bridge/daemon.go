@@ -114,7 +114,8 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	// rendezvous and answers the asker in the transaction that ends the
 	// delegated request.
 	del := delegation.New(delegation.Options{Requests: svc, Agents: sorted(mapKeys(cfg.Agents)), MaxTasks: caps,
-		Workdir: cfg.DataDir, Threads: th, Log: log})
+		RendezvousTimeout: cfg.Delegation.RendezvousTimeout,
+		Workdir:           cfg.DataDir, Threads: th, Log: log})
 	svc.Observe(del.Observe)
 	for _, c := range conns {
 		if cc, ok := c.(*console.Connector); ok {
