@@ -5,7 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
+	"github.com/roombridge/roombridge/internal/testbin"
 	"io"
 	"net/http"
 	"os"
@@ -21,21 +21,7 @@ import (
 // bridgeBin is the bridge binary built once for the tests of this package.
 var bridgeBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "bridge-bin")
-	if err != nil {
-		panic(err)
-	}
-	bridgeBin = filepath.Join(dir, "bridge")
-	out, err := exec.Command("go", "build", "-race", "-o", bridgeBin, ".").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "building bridge: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbin.Main(m.Run, &bridgeBin, "-race") }
 
 // proc is a running bridge process.
 type proc struct {

@@ -5,12 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/roombridge/roombridge/internal/testbin"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -38,21 +38,7 @@ import (
 // the agent of these tests.
 var bridgeBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "feishu-bridge-bin")
-	if err != nil {
-		panic(err)
-	}
-	bridgeBin = filepath.Join(dir, "bridge")
-	out, err := exec.Command("go", "build", "-o", bridgeBin, "github.com/roombridge/roombridge/cmd/bridge").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "building bridge: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbin.Main(m.Run, &bridgeBin) }
 
 // Identities of the tests.
 const (
