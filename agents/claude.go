@@ -31,10 +31,7 @@ type Claude struct {
 
 // Args is the command line of turn t.
 func (c *Claude) Args(t Turn) []string {
-	bin, extra := "claude", []string(nil)
-	if len(c.Command) > 0 {
-		bin, extra = c.Command[0], c.Command[1:]
-	}
+	bin, extra := splitCommand(c.Command, "claude")
 	args := []string{bin, "-p", Prompt(t), "--output-format", "stream-json", "--verbose"}
 	if t.Session != "" {
 		// The = form: --resume takes an optional value, so a value starting
@@ -181,4 +178,13 @@ func (d *claudeDecoder) partial() string {
 		return ""
 	}
 	return "last said: " + d.lastText
+}
+
+// splitCommand splits a configured CLI command into the binary (def when the
+// command is empty) and the extra flags that follow it.
+func splitCommand(command []string, def string) (string, []string) {
+	if len(command) == 0 {
+		return def, nil
+	}
+	return command[0], command[1:]
 }

@@ -34,10 +34,7 @@ type Codex struct {
 
 // Args is the command line of turn t.
 func (c *Codex) Args(t Turn) []string {
-	bin, extra := "codex", []string(nil)
-	if len(c.Command) > 0 {
-		bin, extra = c.Command[0], c.Command[1:]
-	}
+	bin, extra := splitCommand(c.Command, "codex")
 	// The bridge picks the working directory, which need not be a git
 	// repository.
 	args := append([]string{bin, "exec", "--json", "--skip-git-repo-check"}, extra...)

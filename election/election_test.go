@@ -199,7 +199,7 @@ func TestSessionLossEndsTerm(t *testing.T) {
 	a := startCandidate(t, srv, "a", 2*time.Second)
 	evA := a.next(t, 10*time.Second)
 	b := startCandidate(t, srv, "b", 2*time.Second)
-	time.Sleep(100 * time.Millisecond)
+	waitKeys(t, cli, electionPrefix+"/", 2) // b campaigns: its key waits behind a's
 	if _, err := cli.Revoke(context.Background(), leaseOf(t, cli, evA.key)); err != nil {
 		t.Fatal(err)
 	}
@@ -413,8 +413,8 @@ func TestPausedLeaderIsFenced(t *testing.T) {
 	defer wcancel()
 	deleted := cli.Watch(wctx, string(keys.Kvs[0].Key), clientv3.WithRev(oldRev), clientv3.WithFilterPut())
 	b := startCandidate(t, srv, "b", 5*time.Second)
-	// Let the child write for a moment, then pause it.
-	time.Sleep(100 * time.Millisecond)
+	// Pause the child once it has written while leading.
+	waitKeys(t, cli, "/test/store/w/", 1)
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -456,5 +456,21 @@ func TestPausedLeaderIsFenced(t *testing.T) {
 	t.Logf("child wrote %d keys while leading; none after the new term", len(resp.Kvs))
 	if err := b.write("new"); err != nil {
 		t.Fatalf("new leader's write: %v", err)
+	}
+}
+
+// waitKeys waits until at least n keys exist under prefix.
+func waitKeys(t *testing.T, cli *clientv3.Client, prefix string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := cli.Get(context.Background(), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err == nil && resp.Count >= int64(n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than %d keys under %s within 10s (err %v)", n, prefix, err)
+		}
+		time.Sleep(5 * time.Millisecond) // polling etcd for the condition
 	}
 }
