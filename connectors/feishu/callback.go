@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -151,7 +152,7 @@ func (c *Connector) open(h http.Header, body []byte) ([]byte, *refusal) {
 		}
 		return nil, &refusal{http.StatusBadRequest, "body is not an encrypted event"}
 	}
-	plain, err := larkevent.EventDecrypt(env.Encrypt, key)
+	plain, err := decrypt(env.Encrypt, key)
 	if err != nil || !json.Valid(plain) {
 		if sig == "" {
 			return nil, unsigned
@@ -188,4 +189,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// decrypt is the SDK's EventDecrypt, which panics (slice bounds) on a body
+// whose padding is garbage: that panic becomes an error, so an undecryptable
+// body gets its 400 instead of a dropped connection.
+func decrypt(encrypted, key string) (plain []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			plain, err = nil, fmt.Errorf("feishu: decrypt: %v", r)
+		}
+	}()
+	return larkevent.EventDecrypt(encrypted, key)
 }
