@@ -83,4 +83,17 @@ func TestReplyInThread(t *testing.T) {
 	if resp := rt.Handle(ctx, late); !resp.Error {
 		t.Errorf("a reply to an ended request was accepted: %+v", resp)
 	}
+	all, err := audit.List(ctx, db, audit.Query{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	for _, rec := range all {
+		if rec.Action == "reply_refused" && rec.Actor == "console:alice" {
+			refused++
+		}
+	}
+	if refused != 1 {
+		t.Errorf("%d reply_refused audit records, want 1", refused)
+	}
 }

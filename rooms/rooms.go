@@ -13,6 +13,7 @@ import (
 
 	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/approvals"
+	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/requests"
@@ -107,6 +108,7 @@ func (rt *Router) Handle(ctx context.Context, ev chat.Event) chat.Response {
 	}
 	if err != nil {
 		rt.log.InfoContext(ctx, "refused", "surface", ev.Surface, "user", ev.User, "kind", string(ev.Kind), "error", err)
+		rt.auditRefusal(ctx, ev, err)
 		return chat.Response{Text: userMessage(err), Error: true}
 	}
 	return chat.Response{Text: msg}
@@ -315,4 +317,19 @@ func (rt *Router) reply(ctx context.Context, ev chat.Event) (string, error) {
 		return "", err
 	}
 	return fmt.Sprintf("%s will read your reply at its next turn", r.ID), nil
+}
+
+// auditRefusal records a refused ask or reply (decisions and commands that
+// reach approvals or requests are audited there). Nothing else changes.
+func (rt *Router) auditRefusal(ctx context.Context, ev chat.Event, cause error) {
+	if ev.Kind != chat.Ask && ev.Kind != chat.Reply {
+		return
+	}
+	err := rt.svc.Store().Update(ctx, func(tx store.Tx) error {
+		return audit.Append(tx, audit.Record{Time: rt.svc.Clock().Now(), Actor: ev.User, Surface: ev.Surface,
+			Action: string(ev.Kind) + "_refused", Detail: userMessage(cause)})
+	})
+	if err != nil {
+		rt.log.ErrorContext(ctx, "auditing a refusal", "error", err)
+	}
 }
