@@ -1,0 +1,49 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestSecretFileMode(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("  s3cret\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if got, err := Secret("slack.bot_token", "", write("ok", 0o600)); err != nil || got != "s3cret" {
+		t.Fatalf("0600 file: got %q, %v; want s3cret", got, err)
+	}
+	if got, err := Secret("slack.bot_token", "", write("ro", 0o400)); err != nil || got != "s3cret" {
+		t.Fatalf("0400 file: got %q, %v; want s3cret", got, err)
+	}
+	if got, err := Secret("slack.bot_token", "inline", write("ignored", 0o644)); err != nil || got != "inline" {
+		t.Fatalf("inline value: got %q, %v; want inline (the file is not read)", got, err)
+	}
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604, 0o660} {
+		p := write("open", mode)
+		_, err := Secret("feishu.app_secret", "", p)
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Key != "feishu.app_secret_file" {
+			t.Fatalf("mode %04o: err = %v; want a config error naming feishu.app_secret_file", mode, err)
+		}
+		if !strings.Contains(err.Error(), "chmod 600") {
+			t.Errorf("mode %04o: %v does not say how to fix it", mode, err)
+		}
+	}
+	if _, err := Secret("http.api_token", "", dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("directory as secret file: err = %v; want 'not a regular file'", err)
+	}
+	if _, err := Secret("http.api_token", "", filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "http.api_token_file") {
+		t.Errorf("missing file: err = %v; want it to name http.api_token_file", err)
+	}
+}
