@@ -10,6 +10,7 @@ import (
 
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/internal/failpoint"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/threads"
@@ -303,6 +304,7 @@ func (s *Scheduler) yield(ctx context.Context, r *requests.Request, reason strin
 // cancel keeps the reason recorded when it was asked; a stop that nobody
 // asked for is a failure.
 func (s *Scheduler) end(ctx context.Context, id requests.ID, ev requests.Event, reason, result string, got []inboxItem) error {
+	defer failpoint.Hit(failpoint.RequestEnded) // after the transaction below returned
 	acked := map[string]bool{}
 	for _, it := range got {
 		acked[it.key] = true

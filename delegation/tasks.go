@@ -13,6 +13,7 @@ import (
 
 	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/audit"
+	"github.com/roombridge/roombridge/internal/failpoint"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 )
@@ -231,6 +232,7 @@ func (s *Service) finish(t *Task, state, reason, output string) {
 		_, err := s.EndTaskTx(tx, t.Owner, t.ID, state, reason, output)
 		return err
 	})
+	failpoint.Hit(failpoint.TaskEnded)
 	if err != nil {
 		s.log.ErrorContext(ctx, "recording a task's end", "task", t.ID, "request_id", t.Request.String(), "error", err)
 	}

@@ -1,0 +1,104 @@
+// Package failpoint lets crash tests kill the bridge at exact points of its
+// work: between a commit and what follows it, where a SIGKILL from outside
+// would land only by luck. It exists for those tests (cmd/bridge's
+// delegation crash test, and issue 9's crash-anywhere test) and is inert
+// unless the environment variable ROOMBRIDGE_FAILPOINTS is set: then Hit
+// costs one nil map check.
+//
+// ROOMBRIDGE_FAILPOINTS is read once, at start. It lists failpoint names,
+// comma-separated; "name" kills the process at the first hit of name,
+// "name@N" at the Nth. A malformed list stops the process at start with a
+// message that says why. At the chosen hit, the process writes
+// "failpoint NAME@N: killing the process" to stderr and SIGKILLs itself
+// (on systems without signals it exits with status 137).
+//
+// The failpoints (names are stable: tests refer to them):
+//
+//	task_ended     delegation/tasks.go (Service.finish): right after the
+//	               transaction that records a background task's end (its
+//	               result queued in its request's inbox) returned, before
+//	               that request's agent is woken.
+//	request_ended  agents/scheduler.go (Scheduler.end): right after the
+//	               transaction that ends a request after its turn (final
+//	               answer, failure or stop) returned. For a delegated
+//	               request, that transaction also closed the rendezvous and
+//	               queued the answer in the asker's inbox: a hit there is
+//	               "B answered, A not yet woken".
+package failpoint
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
+
+// EnvVar is the environment variable that arms failpoints.
+const EnvVar = "ROOMBRIDGE_FAILPOINTS"
+
+// The failpoints (see the package doc for where each is).
+const (
+	TaskEnded    = "task_ended"
+	RequestEnded = "request_ended"
+)
+
+// point is an armed failpoint: it fires at hit number at.
+type point struct {
+	at   int64
+	hits atomic.Int64
+}
+
+// armed is nil unless EnvVar is set: then Hit is a nil map check.
+var armed map[string]*point
+
+func init() {
+	spec, ok := os.LookupEnv(EnvVar)
+	if !ok || spec == "" {
+		return
+	}
+	var err error
+	if armed, err = parse(spec); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+}
+
+// parse reads a failpoint list: "name,other@3".
+func parse(spec string) (map[string]*point, error) {
+	out := map[string]*point{}
+	for entry := range strings.SplitSeq(spec, ",") {
+		entry = strings.TrimSpace(entry)
+		name, n, hasN := strings.Cut(entry, "@")
+		at := int64(1)
+		if hasN {
+			var err error
+			if at, err = strconv.ParseInt(n, 10, 64); err != nil || at < 1 {
+				return nil, fmt.Errorf("failpoint: %s: bad entry %q: want name or name@N with N a whole number from 1", EnvVar, entry)
+			}
+		}
+		if name == "" {
+			return nil, fmt.Errorf("failpoint: %s: bad entry %q: no name", EnvVar, entry)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("failpoint: %s: %q is listed twice", EnvVar, name)
+		}
+		out[name] = &point{at: at}
+	}
+	return out, nil
+}
+
+// Hit marks failpoint name: if it is armed and this is the hit it waits
+// for, the process kills itself with SIGKILL (no deferred function runs, no
+// buffer is flushed: as if the machine lost power, apart from the disk).
+func Hit(name string) {
+	if armed == nil {
+		return
+	}
+	p := armed[name]
+	if p == nil || p.hits.Add(1) != p.at {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "failpoint %s@%d: killing the process\n", name, p.at)
+	kill()
+}
