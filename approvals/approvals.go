@@ -1,9 +1,15 @@
-// Package approvals keeps the decisions people must take: an approval before
-// a non-owner's request runs, and a permission an agent asks for during a
-// run. It renders their cards, settles decisions from any surface as a
-// compare-and-set in the store (the first decision wins), says who may
-// decide, expires them through the store's expiry index (driven by package
+// Package approvals keeps what people must decide or answer: an approval
+// before a non-owner's request runs, a permission an agent asks for during a
+// run, and a question an agent asks a person during a run (ask_user). It
+// renders their cards, settles decisions and answers from any surface as a
+// compare-and-set in the store (the first one wins), says who may decide or
+// answer, expires them through the store's expiry index (driven by package
 // ttl), revokes a user's waiting requests, and lists a room's inbox.
+//
+// Work delegated by another request belongs to the conversation a person
+// started, the root of the delegation chain (DESIGN §3): its cards and
+// questions are shown in the root request's thread too, labelled with the
+// request that asks, and listed in the root room's inbox.
 package approvals
 
 import (
@@ -36,6 +42,11 @@ const (
 	// that a request's end finds its open approvals without decoding the
 	// settled ones.
 	bucketOpen = "approvals_open"
+	// bucketThreadQuestions indexes open questions by the threads they are
+	// shown in (the asking request's and its root's), oldest first:
+	// <request key>/<created unix ms>/<approval key>. A reply in one of
+	// those threads answers the oldest.
+	bucketThreadQuestions = "approvals_thread_questions"
 
 	// TimerKind is the kind of the approvals' entries in the expiry index.
 	TimerKind = "approval"
@@ -61,6 +72,9 @@ const (
 	KindRequest Kind = "request"
 	// KindAction: an agent asked permission for an action during a run.
 	KindAction Kind = "action"
+	// KindQuestion: an agent asked a person a question during a run
+	// (ask_user). It is answered, not approved or denied.
+	KindQuestion Kind = "question"
 )
 
 // State is an approval's state. Values are persisted.
@@ -79,13 +93,17 @@ const (
 	// Withdrawn: the request ended, or its cancel was asked, before anyone
 	// decided.
 	Withdrawn State = "withdrawn"
+	// Answered: someone who may answer answered the question.
+	Answered State = "answered"
 )
 
-// Approval is one decision a person must take.
+// Approval is one decision a person must take, or one question a person
+// must answer (Kind KindQuestion).
 type Approval struct {
 	// ID is the request's ID for the approval a request needs before it
-	// runs (R20261129-07), and the request's ID plus ".n" for the n-th
-	// permission its agent asked for (R20261129-07.1).
+	// runs (R20261129-07), the request's ID plus ".n" for the n-th
+	// permission its agent asked for (R20261129-07.1), and plus ".qn" for
+	// the n-th question it asked (R20261129-07.q1).
 	ID        string      `json:"id"`
 	Kind      Kind        `json:"kind"`
 	RequestID requests.ID `json:"request_id"`
@@ -97,16 +115,20 @@ type Approval struct {
 	Agent    string      `json:"agent"`
 	// Requester is who asked the request.
 	Requester string `json:"requester"`
-	// Action is what is to be approved: the ask, or the agent's action.
+	// Action is what is to be approved: the ask, or the agent's action; or
+	// the question asked.
 	Action string `json:"action"`
 	// Asker labels who asks: the request (or background task) by name and ID.
 	Asker   string `json:"asker"`
 	State   State  `json:"state"`
 	Version int64  `json:"version"`
-	// DecidedBy is the person (surface:id) who decided, or system:ttl.
+	// DecidedBy is the person (surface:id) who decided or answered, or
+	// system:ttl.
 	DecidedBy string    `json:"decided_by,omitempty"`
 	Surface   string    `json:"surface,omitempty"`
 	DecidedAt time.Time `json:"decided_at,omitzero"`
+	// Answer is a question's answer (Answered only; never set by an expiry).
+	Answer string `json:"answer,omitempty"`
 	// Reason says why an approval was withdrawn.
 	Reason    string        `json:"reason,omitempty"`
 	Created   time.Time     `json:"created"`
@@ -128,13 +150,22 @@ type Copy struct {
 type ref struct {
 	req requests.ID
 	n   int
+	q   bool // a question (R-07.q1), not a permission (R-07.1)
+}
+
+// tag is what follows the dot: "1" or "q1".
+func (r ref) tag() string {
+	if r.q {
+		return "q" + strconv.Itoa(r.n)
+	}
+	return strconv.Itoa(r.n)
 }
 
 func (r ref) String() string {
 	if r.n == 0 {
 		return r.req.String()
 	}
-	return r.req.String() + "." + strconv.Itoa(r.n)
+	return r.req.String() + "." + r.tag()
 }
 
 // key is the approval's store key: its request's approvals are one range.
@@ -142,6 +173,9 @@ func (r ref) key() string {
 	n := strconv.Itoa(r.n)
 	if len(n) < 4 {
 		n = "0000"[len(n):] + n
+	}
+	if r.q {
+		n = "q" + n
 	}
 	return r.req.Key() + "/" + n
 }
@@ -167,8 +201,8 @@ var (
 )
 
 // ParseID parses an approval ID: a request ID, full or short (R-07, today's),
-// optionally followed by ".n" for the n-th permission asked during its run.
-// It returns the canonical form.
+// optionally followed by ".n" for the n-th permission asked during its run,
+// or ".qn" for the n-th question asked. It returns the canonical form.
 func ParseID(s string, today time.Time) (string, error) {
 	r, err := parseRef(s, today)
 	if err != nil {
@@ -182,15 +216,16 @@ func parseRef(s string, today time.Time) (ref, error) {
 	head, tail, hasN := strings.Cut(s, ".")
 	id, err := requests.ParseRef(head, today)
 	if err != nil {
-		return ref{}, fmt.Errorf("%w: %q (want a request ID like R-07 or R20261129-07, or R-07.1 for a permission asked during its run)", ErrBadID, s)
+		return ref{}, fmt.Errorf("%w: %q (want a request ID like R-07 or R20261129-07, R-07.1 for a permission asked during its run, or R-07.q1 for a question)", ErrBadID, s)
 	}
 	r := ref{req: id}
 	if hasN {
-		n, err := strconv.Atoi(tail)
-		if err != nil || n < 1 || strconv.Itoa(n) != tail {
-			return ref{}, fmt.Errorf("%w: %q (the part after the dot counts from 1)", ErrBadID, s)
+		digits, q := strings.CutPrefix(tail, "q")
+		n, err := strconv.Atoi(digits)
+		if err != nil || n < 1 || strconv.Itoa(n) != digits {
+			return ref{}, fmt.Errorf("%w: %q (the number after the dot, or after .q for a question, counts from 1)", ErrBadID, s)
 		}
-		r.n = n
+		r.n, r.q = n, q
 	}
 	return r, nil
 }
@@ -293,9 +328,23 @@ func getKeyTx(tx store.Tx, key, name string) (*Approval, error) {
 func (a *Approval) ref() ref {
 	r := ref{req: a.RequestID}
 	if _, n, ok := strings.Cut(a.ID, "."); ok {
+		n, r.q = strings.CutPrefix(n, "q")
 		r.n, _ = strconv.Atoi(n)
 	}
 	return r
+}
+
+// threadRequests are the requests in whose threads question a is shown (and
+// may be answered by a reply): the asking request's, and its root's.
+func (a *Approval) threadRequests() []requests.ID {
+	if !a.Root.IsZero() && a.Root != a.RequestID {
+		return []requests.ID{a.RequestID, a.Root}
+	}
+	return []requests.ID{a.RequestID}
+}
+
+func threadQuestionKey(thread requests.ID, a *Approval, key string) string {
+	return fmt.Sprintf("%s/%013d/%s", thread.Key(), a.Created.UnixMilli(), key)
 }
 
 // inboxRooms are the rooms whose inbox lists a.
@@ -327,6 +376,13 @@ func putTx(tx store.Tx, before, a *Approval, encoded []byte) error {
 		if err := tx.Delete(bucketOpen, key); err != nil {
 			return err
 		}
+		if before.Kind == KindQuestion {
+			for _, th := range before.threadRequests() {
+				if err := tx.Delete(bucketThreadQuestions, threadQuestionKey(th, before, key)); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	if before == nil && a.State == Pending {
 		if err := store.AddTimer(tx, TimerKind, a.ExpiresAt, key); err != nil {
@@ -339,6 +395,13 @@ func putTx(tx store.Tx, before, a *Approval, encoded []byte) error {
 		}
 		if err := tx.Put(bucketOpen, key, nil); err != nil {
 			return err
+		}
+		if a.Kind == KindQuestion {
+			for _, th := range a.threadRequests() {
+				if err := tx.Put(bucketThreadQuestions, threadQuestionKey(th, a, key), nil); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	var err error
@@ -394,15 +457,15 @@ func ended(r *requests.Request) string {
 // "R20261129-07 · coder".
 func Label(r *requests.Request) string { return r.ID.String() + " · " + r.Agent }
 
-// createTx makes approval n of request r, with its expiry timer, inbox entry
-// and cards.
+// createTx makes approval n of request r (question n, for KindQuestion),
+// with its expiry timer, inbox entry and cards.
 func (s *Service) createTx(tx store.Tx, r *requests.Request, n int, kind Kind, action, asker string) (*Approval, error) {
 	// Whole milliseconds: the expiry index keys by millisecond, so an
 	// approval is due exactly when its timer is.
 	now := s.now().Truncate(time.Millisecond)
 	ttl := s.ttlFor(r.Room)
 	a := &Approval{
-		ID: ref{req: r.ID, n: n}.String(), Kind: kind, RequestID: r.ID, Room: r.Room, Agent: r.Agent,
+		ID: ref{req: r.ID, n: n, q: kind == KindQuestion}.String(), Kind: kind, RequestID: r.ID, Room: r.Room, Agent: r.Agent,
 		Requester: r.Requester, Action: action, Asker: asker, State: Pending, Version: 1,
 		Created: now, ExpiresAt: now.Add(ttl), TTL: ttl,
 	}
@@ -440,7 +503,8 @@ func (s *Service) rootTx(tx store.Tx, r *requests.Request) (*requests.Request, e
 }
 
 // postCardsTx queues the card in the asking request's thread, in its root's
-// thread, and to each of the room's approvers on a surface with a running
+// thread, and (not for a question, which is answered by a reply in a
+// thread) to each of the room's approvers on a surface with a running
 // connector, recording every copy in a.Copies.
 func (s *Service) postCardsTx(tx store.Tx, a *Approval, r, root *requests.Request) error {
 	m := Card(a)
@@ -470,7 +534,7 @@ func (s *Service) postCardsTx(tx store.Tx, a *Approval, r, root *requests.Reques
 	}
 	for _, u := range s.rooms[a.Room].Approvers {
 		surface, id, _ := strings.Cut(u, ":")
-		if !s.surfaces[surface] {
+		if !s.surfaces[surface] || a.Kind == KindQuestion {
 			continue
 		}
 		if err := post(threads.Effect{Op: threads.OpDirect, Request: r.ID.String(), Surface: surface, User: id,
@@ -501,9 +565,16 @@ type settlement struct {
 	card          chat.Message // after's card
 }
 
+// settle prepares a's move to state to; reason is why it was withdrawn, or
+// a question's answer when to is Answered.
 func settle(a *Approval, to State, by, surface, reason string, now time.Time) (*settlement, error) {
 	after := *a
-	after.State, after.DecidedBy, after.Surface, after.DecidedAt, after.Reason = to, by, surface, now, reason
+	after.State, after.DecidedBy, after.Surface, after.DecidedAt = to, by, surface, now
+	if to == Answered {
+		after.Answer = reason
+	} else {
+		after.Reason = reason
+	}
 	after.Version++
 	enc, err := json.Marshal(&after)
 	if err != nil {
@@ -555,8 +626,12 @@ func (s *Service) withdrawTx(tx store.Tx, r *requests.Request, why string) error
 		if _, err := settleTx(tx, a, Withdrawn, actorApprovals, "", why, now); err != nil {
 			return err
 		}
+		action := "approval_withdrawn"
+		if a.Kind == KindQuestion {
+			action = "question_withdrawn"
+		}
 		if err := audit.Append(tx, audit.Record{
-			Time: now, RequestID: r.ID.String(), Actor: actorApprovals, Action: "approval_withdrawn",
+			Time: now, RequestID: r.ID.String(), Actor: actorApprovals, Action: action,
 			From: string(Pending), To: string(Withdrawn), Detail: a.ID + ": " + why,
 		}); err != nil {
 			return err

@@ -79,7 +79,7 @@ func (s *Service) MayDecide(room config.Room, user string) bool {
 func (s *Service) Decide(ctx context.Context, id string, v Verdict, actor, surface string) (*Approval, error) {
 	r, err := parseRef(id, s.now())
 	if err != nil {
-		return nil, s.refuseOutside(ctx, "", actor, surface, fmt.Sprintf("%s %s", v, id), err)
+		return nil, s.refuseOutside(ctx, "", actor, surface, actionDecisionRefused, fmt.Sprintf("%s %s", v, id), err)
 	}
 	var out *Approval
 	var refused error
@@ -92,7 +92,7 @@ func (s *Service) Decide(ctx context.Context, id string, v Verdict, actor, surfa
 			if req, rerr := s.svc.GetTx(tx, r.req); rerr == nil && r.n == 0 {
 				refused = fmt.Errorf("%w: %s did not wait for approval (asked by %s, now %s)", err, req.ID, req.Requester, req.State)
 			}
-			return auditRefusalTx(tx, now, r.req.String(), actor, surface, fmt.Sprintf("%s %s", v, r), refused)
+			return auditRefusalTx(tx, now, r.req.String(), actor, surface, actionDecisionRefused, fmt.Sprintf("%s %s", v, r), refused)
 		}
 		if err != nil {
 			return err
@@ -116,16 +116,16 @@ func (s *Service) Decide(ctx context.Context, id string, v Verdict, actor, surfa
 // malformed click is refused and audited like any other refusal.
 func (s *Service) Click(ctx context.Context, c *chat.ClickAction, actor, surface string) (*Approval, error) {
 	if c == nil {
-		return nil, s.refuseOutside(ctx, "", actor, surface, "click", errors.New("the click carries no button"))
+		return nil, s.refuseOutside(ctx, "", actor, surface, actionDecisionRefused, "click", errors.New("the click carries no button"))
 	}
 	id, _, ok := parseBlockID(c.BlockID)
 	if !ok || c.Value != id {
-		return nil, s.refuseOutside(ctx, "", actor, surface, "click",
+		return nil, s.refuseOutside(ctx, "", actor, surface, actionDecisionRefused, "click",
 			fmt.Errorf("the button (block %q, value %q) does not decide an approval", c.BlockID, c.Value))
 	}
 	v, err := ParseVerdict(c.ActionID)
 	if err != nil {
-		return nil, s.refuseOutside(ctx, "", actor, surface, "click "+id, err)
+		return nil, s.refuseOutside(ctx, "", actor, surface, actionDecisionRefused, "click "+id, err)
 	}
 	return s.Decide(ctx, id, v, actor, surface)
 }
@@ -134,9 +134,13 @@ func (s *Service) Click(ctx context.Context, c *chat.ClickAction, actor, surface
 // now is, and a refusal (with its audit record written) or nil.
 func (s *Service) decideTx(tx store.Tx, a *Approval, v Verdict, actor, surface string, now time.Time) (*Approval, error, error) {
 	what := fmt.Sprintf("%s %s", v, a.ID)
+	if a.Kind == KindQuestion {
+		ref := refuse(ErrWrongKind, "%s is a question, not an approval: answer it by a reply in its thread, or: answer %s <text>", a.ID, a.ID)
+		return a, ref, auditRefusalTx(tx, now, a.RequestID.String(), actor, surface, actionDecisionRefused, what, ref)
+	}
 	if !s.MayDecide(s.rooms[a.Room], actor) {
 		ref := refuse(ErrForbidden, "%s may not approve or deny in room %s: only its approvers and the owners may", actor, a.Room)
-		return a, ref, auditRefusalTx(tx, now, a.RequestID.String(), actor, surface, what, ref)
+		return a, ref, auditRefusalTx(tx, now, a.RequestID.String(), actor, surface, actionDecisionRefused, what, ref)
 	}
 	switch {
 	case a.State == Pending && now.Before(a.ExpiresAt):
@@ -151,12 +155,12 @@ func (s *Service) decideTx(tx store.Tx, a *Approval, v Verdict, actor, surface s
 			return nil, nil, err
 		}
 		ref := settledRefusal(expired, now)
-		return expired, ref, auditRefusalTx(tx, now, a.RequestID.String(), actor, surface, what, ref)
+		return expired, ref, auditRefusalTx(tx, now, a.RequestID.String(), actor, surface, actionDecisionRefused, what, ref)
 	case a.State == v.state():
 		return a, nil, nil // the same decision replayed: nothing to do
 	default:
 		ref := settledRefusal(a, now)
-		return a, ref, auditRefusalTx(tx, now, a.RequestID.String(), actor, surface, what, ref)
+		return a, ref, auditRefusalTx(tx, now, a.RequestID.String(), actor, surface, actionDecisionRefused, what, ref)
 	}
 	after, err := settleTx(tx, a, v.state(), actor, surface, "", now)
 	if err != nil {
@@ -180,9 +184,15 @@ func (s *Service) decideTx(tx store.Tx, a *Approval, v Verdict, actor, surface s
 	})
 }
 
-// settledRefusal tells someone deciding a settled approval who settled it,
-// how, and when.
+// settledRefusal tells someone deciding (or answering) a settled approval
+// (or question) who settled it, how, and when.
 func settledRefusal(a *Approval, now time.Time) error {
+	switch {
+	case a.State == Answered:
+		return refuse(ErrDecided, "%s was already answered by %s at %s", a.ID, a.DecidedBy, stamp(a.DecidedAt, now))
+	case a.State == Expired && a.Kind == KindQuestion:
+		return refuse(ErrDecided, "%s expired at %s: nobody answered within %s — the agent was told: no answer", a.ID, stamp(a.DecidedAt, now), Duration(a.TTL))
+	}
 	switch a.State {
 	case Expired:
 		next := "retry " + retryRef(a) + " to ask again"
@@ -196,23 +206,29 @@ func settledRefusal(a *Approval, now time.Time) error {
 	return refuse(ErrDecided, "%s was already %s by %s at %s", a.ID, a.State, a.DecidedBy, stamp(a.DecidedAt, now))
 }
 
-func auditRefusalTx(tx store.Tx, now time.Time, requestID, actor, surface, what string, why error) error {
+// Audit actions of refusals.
+const (
+	actionDecisionRefused = "decision_refused"
+	actionAnswerRefused   = "answer_refused"
+)
+
+func auditRefusalTx(tx store.Tx, now time.Time, requestID, actor, surface, action, what string, why error) error {
 	return audit.Append(tx, audit.Record{
-		Time: now, RequestID: requestID, Actor: actor, Surface: surface, Action: "decision_refused",
+		Time: now, RequestID: requestID, Actor: actor, Surface: surface, Action: action,
 		Detail: what + ": " + why.Error(),
 	})
 }
 
 // refuseOutside audits a refusal that needs no transaction of its own, and
 // returns it.
-func (s *Service) refuseOutside(ctx context.Context, requestID, actor, surface, what string, why error) error {
+func (s *Service) refuseOutside(ctx context.Context, requestID, actor, surface, action, what string, why error) error {
 	err := s.store.Update(ctx, func(tx store.Tx) error {
-		return auditRefusalTx(tx, s.now(), requestID, actor, surface, what, why)
+		return auditRefusalTx(tx, s.now(), requestID, actor, surface, action, what, why)
 	})
 	if err != nil {
 		s.log.ErrorContext(ctx, "auditing a refused decision", "error", err)
 	}
-	s.log.InfoContext(ctx, "decision refused", "user", actor, "surface", surface, "what", what, "error", why)
+	s.log.InfoContext(ctx, strings.ReplaceAll(action, "_", " "), "user", actor, "surface", surface, "what", what, "error", why)
 	return why
 }
 
@@ -297,8 +313,9 @@ func (s *Service) Expire(ctx context.Context, t store.Timer, now time.Time) (boo
 
 // expireTx applies st, the expiry of a pending approval: a request's
 // approval moves its request to expired (never a denial); an agent's
-// permission is answered "not approved: expired". Audited as system:ttl;
-// every card copy updated.
+// permission is answered "not approved: expired", its question "no answer:
+// expired" (never an answer). Audited as system:ttl; every card copy
+// updated.
 func (s *Service) expireTx(tx store.Tx, st *settlement) (*Approval, error) {
 	a := st.before
 	after, err := st.applyTx(tx)
@@ -316,7 +333,11 @@ func (s *Service) expireTx(tx store.Tx, st *settlement) (*Approval, error) {
 		// The request left pending some other way (ApplyTx refuses before
 		// it writes): the approval alone expires.
 	} else {
-		detail = "permission " + a.ID + ": " + oneLine(a.Action, 200) + ": nobody decided within " + Duration(a.TTL)
+		who := "decided"
+		if a.Kind == KindQuestion {
+			who = "answered"
+		}
+		detail = noun(a) + " " + a.ID + ": " + oneLine(a.Action, 200) + ": nobody " + who + " within " + Duration(a.TTL)
 	}
 	return after, audit.Append(tx, audit.Record{
 		Time: after.DecidedAt, RequestID: a.RequestID.String(), Actor: ActorTTL, Action: "expire",

@@ -52,6 +52,8 @@ func testRooms() []config.Room {
 		{Name: "backend", SlackChannel: "C1", FeishuChat: "oc_1", Agents: []string{"coder"},
 			Approvers: []string{approver, approver2}},
 		{Name: "quick", SlackChannel: "C2", Agents: []string{"coder"}, ApprovalTTL: 90 * time.Minute},
+		{Name: "guarded", SlackChannel: "C3", Agents: []string{"coder", "reviewer"}, Members: []string{member},
+			Approvers: []string{approver}},
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 	"github.com/roombridge/roombridge/store"
 )
 
-// Inbox is what waits for a decision in a room, oldest first.
+// Inbox is what waits for a decision or an answer in a room, oldest first.
 type Inbox struct {
 	Room  string `json:"room"`
 	Items []Item `json:"items"`
@@ -18,8 +18,9 @@ type Inbox struct {
 	Count int `json:"count"`
 }
 
-// Item is one pending approval of a room's inbox, joined with the request
-// (or task) that asks.
+// Item is one pending approval (or open question: Approval.Kind
+// "question") of a room's inbox, joined with the request (or task) that
+// asks. Delegated work's items name their root request (Approval.Root).
 type Item struct {
 	Approval *Approval `json:"approval"`
 	// Position counts from 1, oldest first; Of is the inbox's total.
@@ -40,9 +41,10 @@ type Asking struct {
 	Label string `json:"label"`
 }
 
-// Inbox lists room's pending approvals (those of its requests, and those
-// of delegated work whose root is in the room), oldest first, each with the
-// request that asks. It reads the room's range of the pending index only.
+// Inbox lists room's pending approvals and open questions (those of its
+// requests, and those of delegated work whose root is in the room), oldest
+// first, each with the request that asks. It reads the room's range of the
+// pending index only.
 func (s *Service) Inbox(ctx context.Context, room string) (*Inbox, error) {
 	if _, ok := s.rooms[room]; !ok {
 		return nil, fmt.Errorf("%w %q", ErrUnknownRoom, room)
@@ -64,9 +66,13 @@ func (s *Service) Inbox(ctx context.Context, room string) (*Inbox, error) {
 			if err != nil {
 				return err
 			}
+			label := a.Asker
+			if a.Kind == KindQuestion {
+				label = QuestionAsker(a)
+			}
 			in.Items = append(in.Items, Item{Approval: a, Asking: Asking{
 				Kind: "request", RequestID: r.ID, Agent: r.Agent, State: r.State.String(),
-				Requester: r.Requester, Label: a.Asker,
+				Requester: r.Requester, Label: label,
 			}})
 			return nil
 		})

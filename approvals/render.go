@@ -11,8 +11,12 @@ import (
 
 // Card renders an approval as the card every surface shows: what is asked,
 // by whom, until when, its state, and the Approve and Deny buttons while it
-// is pending. The block ID carries the version the buttons decide.
+// is pending. The block ID carries the version the buttons decide. A
+// question renders as QuestionCard.
 func Card(a *Approval) chat.Message {
+	if a.Kind == KindQuestion {
+		return QuestionCard(a)
+	}
 	title := "Approval needed · " + a.ID + " · " + a.Agent
 	fields := []chat.Field{{Label: "Asked by", Value: a.Requester}}
 	if a.Kind == KindAction {
@@ -43,6 +47,51 @@ func Card(a *Approval) chat.Message {
 	}
 }
 
+// QuestionCard renders a question as every thread that shows it does,
+// labelled with the asking request's agent and ID: "reviewer (R-08) asks:
+// which region?", on behalf of the root request when delegated, with how to
+// answer it while it is open, and the answer (or expiry) once settled. It
+// has no buttons: a reply in the thread answers it.
+func QuestionCard(a *Approval) chat.Message {
+	who := QuestionAsker(a)
+	var fields []chat.Field
+	if !a.Root.IsZero() {
+		fields = append(fields, chat.Field{Label: "On behalf of", Value: a.Root.String()})
+	}
+	status := Status(a)
+	return chat.Message{
+		Request: a.RequestID.String(),
+		Kind:    "question",
+		Text:    who + " asks: " + oneLine(a.Action, 300) + " — " + status,
+		Card: &chat.Card{
+			Title:  "Question · " + a.ID + " · " + a.Agent,
+			Text:   who + " asks: " + a.Action,
+			Fields: fields,
+			Status: status,
+		},
+	}
+}
+
+// QuestionAsker labels the request that asks question a by its agent's name
+// and its ID, short if asked on the request's day: "reviewer (R-08)".
+func QuestionAsker(a *Approval) string {
+	id := a.RequestID.String()
+	if sameDay(a.Created, a.RequestID.Day()) {
+		id = a.RequestID.Short()
+	}
+	return a.Agent + " (" + id + ")"
+}
+
+// shortRef is the short form of full (a's request's ID, or a's own ID) while
+// it still means it — until a expires on the day its request was asked —
+// else full.
+func shortRef(a *Approval, full string) string {
+	if sameDay(a.ExpiresAt, a.RequestID.Day()) {
+		return a.RequestID.Short() + strings.TrimPrefix(full, a.RequestID.String())
+	}
+	return full
+}
+
 // BlockID is "approval:<id>:<version>": what a click on the card decides.
 func BlockID(a *Approval) string { return "approval:" + a.ID + ":" + strconv.FormatInt(a.Version, 10) }
 
@@ -65,12 +114,21 @@ func parseBlockID(b string) (id string, version int64, ok bool) {
 
 // Status is the state line of an approval's card.
 func Status(a *Approval) string {
+	q := a.Kind == KindQuestion
 	switch a.State {
 	case Pending:
+		if q {
+			return "waiting for an answer: reply in this thread (or type: answer " + shortRef(a, a.ID) + " <text>) · expires " + stamp(a.ExpiresAt, a.Created)
+		}
 		return "waiting for a decision · expires " + stamp(a.ExpiresAt, a.Created)
+	case Answered:
+		return fmt.Sprintf("answered by %s at %s: %s", a.DecidedBy, stamp(a.DecidedAt, a.Created), oneLine(a.Answer, 300))
 	case Approved, Denied:
 		return fmt.Sprintf("%s by %s at %s", a.State, a.DecidedBy, stamp(a.DecidedAt, a.Created))
 	case Expired:
+		if q {
+			return "expired after " + Duration(a.TTL) + " unanswered — the agent was told: no answer"
+		}
 		if a.Kind == KindAction {
 			return "expired after " + Duration(a.TTL) + " — the agent was told: not approved"
 		}
@@ -119,17 +177,27 @@ func Duration(d time.Duration) string {
 // Text renders the inbox as lines for a chat reply or the console.
 func (in *Inbox) Text() string {
 	if in.Count == 0 {
-		return fmt.Sprintf("inbox of %s: nothing waits for a decision", in.Room)
+		return fmt.Sprintf("inbox of %s: nothing waits for a decision or an answer", in.Room)
 	}
 	lines := []string{fmt.Sprintf("inbox of %s: %d waiting, oldest first", in.Room, in.Count)}
 	for _, it := range in.Items {
 		a := it.Approval
 		what := a.Requester + " asks " + a.Agent
-		if a.Kind == KindAction {
+		switch a.Kind {
+		case KindAction:
 			what = a.Asker + " asks permission"
+		case KindQuestion:
+			what = QuestionAsker(a) + " asks"
 		}
-		lines = append(lines, fmt.Sprintf("%d of %d · %s · %s (%s): %s · expires %s · type: approve %s | deny %s",
-			it.Position, it.Of, a.ID, what, it.Asking.State, oneLine(a.Action, 80), stamp(a.ExpiresAt, a.Created), a.ID, a.ID))
+		if !a.Root.IsZero() {
+			what += " for " + a.Root.String()
+		}
+		how := fmt.Sprintf("type: approve %s | deny %s", a.ID, a.ID)
+		if a.Kind == KindQuestion {
+			how = fmt.Sprintf("reply in its thread, or type: answer %s <text>", a.ID)
+		}
+		lines = append(lines, fmt.Sprintf("%d of %d · %s · %s (%s): %s · expires %s · %s",
+			it.Position, it.Of, a.ID, what, it.Asking.State, oneLine(a.Action, 80), stamp(a.ExpiresAt, a.Created), how))
 	}
 	return strings.Join(lines, "\n")
 }

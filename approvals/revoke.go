@@ -36,10 +36,10 @@ func CheckUser(user string) error {
 // cancelled, in ID order.
 func (s *Service) Revoke(ctx context.Context, user, actor, surface string) ([]requests.ID, error) {
 	if err := CheckUser(user); err != nil {
-		return nil, s.refuseOutside(ctx, "", actor, surface, "revoke "+user, err)
+		return nil, s.refuseOutside(ctx, "", actor, surface, actionDecisionRefused, "revoke "+user, err)
 	}
 	if !s.MayRevoke(actor) {
-		return nil, s.refuseOutside(ctx, "", actor, surface, "revoke "+user,
+		return nil, s.refuseOutside(ctx, "", actor, surface, actionDecisionRefused, "revoke "+user,
 			refuse(ErrForbidden, "%s may not revoke users: only the owners may", actor))
 	}
 	var ids []requests.ID
