@@ -133,6 +133,7 @@ type driver struct {
 
 	inTool     int
 	cancelling bool
+	draining   bool // shutdown: interrupt at the next safe point
 	cancelAt   time.Time
 	ended      bool
 	out        Outcome
@@ -168,6 +169,7 @@ func (d *driver) loop(ctx context.Context, t Turn, out *os.File) (Outcome, error
 		timeoutC = tm.C
 	}
 	cancelC := t.Cancel
+	drainC := t.Drain
 	ctxDone := ctx.Done()
 	var waitErr error
 	exitedC := (<-chan error)(exited)
@@ -193,6 +195,9 @@ func (d *driver) loop(ctx context.Context, t Turn, out *os.File) (Outcome, error
 		case <-cancelC:
 			cancelC = nil
 			d.cancel()
+		case <-drainC:
+			drainC = nil
+			d.drain()
 		case r := <-d.results:
 			// A cancel that is known goes first: the agent must not read an
 			// answer (say, an approval withdrawn by that cancel) as leave
@@ -238,9 +243,11 @@ func (d *driver) loop(ctx context.Context, t Turn, out *os.File) (Outcome, error
 	case d.ended:
 		return d.out, nil
 	case ctx.Err() != nil:
-		return Outcome{}, fmt.Errorf("turn interrupted: %w", ctx.Err())
+		return Outcome{}, fmt.Errorf("%w: %w", ErrInterrupted, ctx.Err())
 	case d.cancelling:
 		return Outcome{Stopped: true, Final: d.partial()}, nil
+	case d.draining:
+		return Outcome{}, fmt.Errorf("%w: the bridge is shutting down", ErrInterrupted)
 	case waitErr != nil:
 		return Outcome{}, d.reason(fmt.Errorf("agent exited without a final answer (%v)", waitErr))
 	default:
@@ -321,6 +328,9 @@ func (d *driver) handle(ctx context.Context, ev Event) {
 		if err == nil && ev.Phase == PhaseEnd && d.cancelling && d.inTool == 0 {
 			d.safePoint()
 		}
+		if err == nil && ev.Phase == PhaseEnd && d.draining && d.inTool == 0 && d.stage == 0 {
+			d.escalate() // the safe point a shutdown waited for
+		}
 	case EventProgress:
 		err = d.sink.Progress(ctx, ev.Percent, ev.Text)
 	case EventMessage:
@@ -389,6 +399,19 @@ func (d *driver) cancel() {
 	}
 	if d.inTool == 0 {
 		d.safePoint()
+	}
+}
+
+// drain interrupts the agent at its next safe point for a shutdown: now if
+// no tool runs, else when the running tool ends (handle). The request stays
+// running, to be resumed.
+func (d *driver) drain() {
+	if d.ended || d.failure != nil || d.draining {
+		return
+	}
+	d.draining = true
+	if d.inTool == 0 {
+		d.escalate()
 	}
 }
 

@@ -7,6 +7,7 @@ package agents
 
 import (
 	"context"
+	"errors"
 
 	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/requests"
@@ -24,7 +25,16 @@ type Turn struct {
 	// Cancel is closed when the request is cancelled: the runtime stops the
 	// agent at its next safe point (after the tool that runs ends).
 	Cancel <-chan struct{}
+	// Drain is closed when the bridge shuts down gracefully: the runtime
+	// interrupts the agent at its next safe point (at once if no tool runs)
+	// and returns an error wrapping ErrInterrupted; the request stays
+	// running, to be resumed by the next start. Nil: never.
+	Drain <-chan struct{}
 }
+
+// ErrInterrupted: the turn was cut short by a shutdown (Turn.Drain, or the
+// context ending); the request stays running, to be resumed.
+var ErrInterrupted = errors.New("turn interrupted")
 
 // Sink receives what the agent reports during a turn. Session, Tool,
 // Progress and Message are called from the runtime's goroutine, in order;

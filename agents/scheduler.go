@@ -44,6 +44,9 @@ type Scheduler struct {
 	agents  []Agent
 	log     *slog.Logger
 
+	drain     chan struct{} // closed by Drain
+	drainOnce sync.Once
+
 	// Approver answers agents' request_approval calls. Nil: they are
 	// answered "not approved: no approver configured".
 	Approver Approver
@@ -59,11 +62,28 @@ func NewScheduler(svc *requests.Service, th *threads.Threads, log *slog.Logger, 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Scheduler{svc: svc, threads: th, agents: agents, log: log}
+	return &Scheduler{svc: svc, threads: th, agents: agents, log: log, drain: make(chan struct{})}
 }
 
-// Run works until ctx ends. A request running when ctx ends stays running,
-// to be resumed by the next Run (after a restart, or on a new leader).
+// Drain stops the scheduler gracefully: no new turn starts, and running
+// turns are interrupted at their next safe point (Turn.Drain; their requests
+// stay running, to be resumed by the next Run). Run returns once they are.
+// Ending Run's context instead interrupts running turns at once.
+func (s *Scheduler) Drain() { s.drainOnce.Do(func() { close(s.drain) }) }
+
+func (s *Scheduler) draining() bool {
+	select {
+	case <-s.drain:
+		return true
+	default:
+		return false
+	}
+}
+
+// Run works until ctx ends, or until Drain was called and the running turns
+// have stopped. A request running when ctx ends (or interrupted by Drain)
+// stays running, to be resumed by the next Run (after a restart, or on a new
+// leader).
 func (s *Scheduler) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, a := range s.agents {
@@ -98,7 +118,7 @@ func (s *Scheduler) work(ctx context.Context, a Agent) {
 	wake, unsub := s.svc.Store().Subscribe(requests.TopicAgent(a.Name))
 	defer unsub()
 	retry := time.Duration(0)
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && !s.draining() {
 		j, err := s.next(ctx, a.Name)
 		if err == nil && j != nil {
 			err = s.run(ctx, a, j)
@@ -112,6 +132,7 @@ func (s *Scheduler) work(ctx context.Context, a Agent) {
 			t := time.NewTimer(retry)
 			select {
 			case <-ctx.Done():
+			case <-s.drain:
 			case <-t.C:
 			}
 			t.Stop()
@@ -121,6 +142,7 @@ func (s *Scheduler) work(ctx context.Context, a Agent) {
 		if j == nil {
 			select {
 			case <-ctx.Done():
+			case <-s.drain:
 			case <-wake:
 			}
 		}
@@ -165,6 +187,9 @@ func (s *Scheduler) next(ctx context.Context, agent string) (*job, error) {
 // error is a store error worth a retry; a failed turn is not an error.
 func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 	r := j.r
+	if s.draining() {
+		return nil // picked as the drain began: the next start takes it
+	}
 	log := s.log.With("request_id", r.ID.String(), "agent", a.Name)
 	var err error
 	switch j.kind {
@@ -217,9 +242,9 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 	defer stopWatch()
 	out, err := a.Runtime.Run(ctx, Turn{
 		RequestID: r.ID.String(), Agent: a.Name, Session: r.Session, Resumed: resumed,
-		Input: input, Cancel: cancelCh,
+		Input: input, Cancel: cancelCh, Drain: s.drain,
 	}, &sink{s: s, id: r.ID, cancel: cancelCh})
-	if ctx.Err() != nil && (err != nil || out.Stopped) {
+	if errors.Is(err, ErrInterrupted) || (ctx.Err() != nil && (err != nil || out.Stopped)) {
 		log.InfoContext(ctx, "turn interrupted by shutdown; will resume")
 		return nil
 	}

@@ -44,10 +44,12 @@ type Server struct {
 	tasks  Tasks
 }
 
-// Tasks are the background tasks the API lists and stops (delegation).
+// Tasks are the background tasks the API lists, stops and dismisses
+// (delegation).
 type Tasks interface {
 	Running(ctx context.Context, room string) ([]delegation.Task, error)
 	StopTask(ctx context.Context, id, actor, surface string) (*delegation.Task, error)
+	DismissTask(ctx context.Context, id, actor, surface string) (*delegation.Task, error)
 }
 
 // Options configure a Server.
@@ -61,7 +63,7 @@ type Options struct {
 	Log      *slog.Logger
 	Registry *prometheus.Registry
 	// Tasks, if set, adds background tasks to a room's tasks and serves
-	// POST /v1/tasks/{id}/stop.
+	// POST /v1/tasks/{id}/stop and POST /v1/tasks/{id}/dismiss.
 	Tasks Tasks
 }
 
@@ -90,10 +92,12 @@ func New(o Options) *Server {
 	s.handle("POST /v1/requests/{id}/retry", s.retryRequest)
 	s.handle("POST /v1/approvals/{id}/approve", s.decide(approvals.Approve))
 	s.handle("POST /v1/approvals/{id}/deny", s.decide(approvals.Deny))
+	s.handle("POST /v1/questions/{id}/answer", s.answerQuestion)
 	s.handle("POST /v1/users/{user}/revoke", s.revokeUser)
 	s.handle("GET /v1/rooms/{room}/inbox", s.roomInbox)
 	s.handle("GET /v1/rooms/{room}/tasks", s.roomTasks)
-	s.handle("POST /v1/tasks/{id}/stop", s.stopTask)
+	s.handle("POST /v1/tasks/{id}/stop", s.taskCommand(Tasks.StopTask))
+	s.handle("POST /v1/tasks/{id}/dismiss", s.taskCommand(Tasks.DismissTask))
 	s.handle("GET /v1/audit", s.exportAudit)
 	return s
 }
@@ -152,13 +156,14 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 func fail(w http.ResponseWriter, err error) {
 	var mbe *http.MaxBytesError
 	switch {
-	case errors.Is(err, requests.ErrBadID), errors.Is(err, approvals.ErrBadID), errors.Is(err, approvals.ErrBadUser):
+	case errors.Is(err, requests.ErrBadID), errors.Is(err, approvals.ErrBadID), errors.Is(err, approvals.ErrBadUser),
+		errors.Is(err, approvals.ErrBadAnswer):
 		writeError(w, http.StatusBadRequest, err.Error())
 	case errors.Is(err, requests.ErrUnknown), errors.Is(err, approvals.ErrUnknown), errors.Is(err, approvals.ErrUnknownRoom):
 		writeError(w, http.StatusNotFound, err.Error())
 	case errors.Is(err, delegation.ErrNoTask):
 		writeError(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, approvals.ErrDecided), errors.Is(err, delegation.ErrTaskEnded):
+	case errors.Is(err, approvals.ErrDecided), errors.Is(err, delegation.ErrTaskEnded), errors.Is(err, delegation.ErrTaskRunning):
 		writeError(w, http.StatusConflict, err.Error())
 	case errors.Is(err, rooms.ErrForbidden):
 		writeError(w, http.StatusForbidden, err.Error())
@@ -317,6 +322,35 @@ func (s *Server) decide(v approvals.Verdict) http.HandlerFunc {
 	}
 }
 
+// AnswerBody is the body of POST /v1/questions/{id}/answer.
+type AnswerBody struct {
+	Text string `json:"text"`
+}
+
+// answerQuestion answers a question an agent asked (ask_user; R-08.q1) as
+// the API token holder: 200 with the answered question, 404 for an unknown
+// one, 409 naming who answered (or that it expired) for a settled one.
+func (s *Server) answerQuestion(w http.ResponseWriter, r *http.Request) {
+	var b AnswerBody
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&b); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			fail(w, err)
+			return
+		}
+		writeError(w, http.StatusBadRequest, "malformed JSON body: "+err.Error()+` (want {"text": "..."})`)
+		return
+	}
+	q, err := s.router.Answer(r.Context(), r.PathValue("id"), b.Text, APIActor, chat.API)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, q)
+}
+
 // RevokeResult is the answer of POST /v1/users/{user}/revoke.
 type RevokeResult struct {
 	User string `json:"user"`
@@ -348,13 +382,22 @@ func (s *Server) roomInbox(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, in)
 }
 
-// Task is one thing that runs now in a room: a running request, or a
-// background task (started by request RequestID).
+// Task is one thing in a room's tasks: a running request, or a background
+// task (started by request RequestID) that runs, or that failed or was
+// interrupted and is not dismissed yet (State, Reason, EndedAt say so).
 type Task struct {
-	Kind            string      `json:"kind"` // "request" or "task"
-	TaskID          string      `json:"task_id,omitempty"`
-	Name            string      `json:"name,omitempty"`
-	Command         []string    `json:"command,omitempty"`
+	Kind    string   `json:"kind"` // "request" or "task"
+	TaskID  string   `json:"task_id,omitempty"`
+	Name    string   `json:"name,omitempty"`
+	Command []string `json:"command,omitempty"`
+	// RunAgent, Text and Run: a background agent run's agent, ask and
+	// request.
+	RunAgent        string      `json:"run_agent,omitempty"`
+	Text            string      `json:"text,omitempty"`
+	Run             requests.ID `json:"run,omitzero"`
+	State           string      `json:"state,omitempty"`
+	Reason          string      `json:"reason,omitempty"`
+	EndedAt         time.Time   `json:"ended_at,omitzero"`
 	RequestID       requests.ID `json:"request_id"`
 	Agent           string      `json:"agent"`
 	Requester       string      `json:"requester,omitempty"`
@@ -390,24 +433,29 @@ func (s *Server) roomTasks(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, t := range bg {
 			tasks = append(tasks, Task{Kind: "task", TaskID: t.ID, Name: t.Name, Command: t.Command,
+				RunAgent: t.RunAgent, Text: t.Text, Run: t.Run, State: t.State, Reason: t.Reason, EndedAt: t.Ended,
 				RequestID: t.Request, Agent: t.Agent, StartedAt: t.Started})
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"room": room.Name, "tasks": tasks, "count": len(tasks)})
 }
 
-// stopTask stops a background task as the API token holder.
-func (s *Server) stopTask(w http.ResponseWriter, r *http.Request) {
-	if s.tasks == nil {
-		writeError(w, http.StatusNotImplemented, "background tasks are not available")
-		return
+// taskCommand serves a command on background task {id} (stop, dismiss) as
+// the API token holder: an unknown task is 404, a task in the wrong state
+// 409.
+func (s *Server) taskCommand(do func(Tasks, context.Context, string, string, string) (*delegation.Task, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.tasks == nil {
+			writeError(w, http.StatusNotImplemented, "background tasks are not available")
+			return
+		}
+		t, err := do(s.tasks, r.Context(), r.PathValue("id"), APIActor, chat.API)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, t)
 	}
-	t, err := s.tasks.StopTask(r.Context(), r.PathValue("id"), APIActor, chat.API)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, t)
 }
 
 // ParseTime accepts RFC 3339 times and YYYY-MM-DD days (UTC).

@@ -65,11 +65,11 @@ func (rt *Router) RoomNamed(name string) (config.Room, bool) {
 	return config.Room{}, false
 }
 
-// MayAsk reports whether user may ask agents in room: owners, approvers, and
-// members (everyone, when the room lists no members).
+// MayAsk reports whether user may ask agents in room (and answer the
+// questions shown there): owners, approvers, and members (everyone, when the
+// room lists no members).
 func (rt *Router) MayAsk(room config.Room, user string) bool {
-	return rt.svc.IsOwner(user) || strings.HasPrefix(user, chat.API+":") || len(room.Members) == 0 ||
-		slices.Contains(room.Members, user) || slices.Contains(room.Approvers, user)
+	return rt.appr.MayAsk(room, user)
 }
 
 // MayDecide reports whether user may approve or deny in room: its approvers
@@ -152,7 +152,7 @@ func (rt *Router) command(ctx context.Context, ev chat.Event) (string, error) {
 	arg = strings.TrimSpace(arg)
 	switch verb {
 	case "help":
-		return "commands: @agent ask | inbox | approve ID | deny ID | cancel ID | retry ID | show ID | revoke USER", nil
+		return "commands: @agent ask | inbox | approve ID | deny ID | answer ID TEXT | cancel ID | retry ID | show ID | revoke USER", nil
 	case "inbox":
 		room, ok := rt.Room(ev.Surface, ev.Channel)
 		if !ok {
@@ -175,6 +175,13 @@ func (rt *Router) command(ctx context.Context, ev chat.Event) (string, error) {
 			return "", err
 		}
 		return fmt.Sprintf("%s %s", a.ID, a.State), nil
+	case "answer":
+		id, text, _ := strings.Cut(arg, " ")
+		q, err := rt.Answer(ctx, id, text, ev.User, ev.Surface)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s answered; %s gets your answer", q.ID, approvals.QuestionAsker(q)), nil
 	}
 	id, err := requests.ParseRef(arg, rt.svc.Clock().Now())
 	if err != nil {
@@ -220,6 +227,13 @@ func (rt *Router) Decide(ctx context.Context, id string, approve bool, user, sur
 		v = approvals.Approve
 	}
 	return rt.appr.Decide(ctx, id, v, user, surface)
+}
+
+// Answer answers question id (R-08.q1, asked by an agent through ask_user)
+// with text: the compare-and-set of approvals.Service.Answer (the first
+// answer wins). Refusals are audited there.
+func (rt *Router) Answer(ctx context.Context, id, text, user, surface string) (*approvals.Approval, error) {
+	return rt.appr.Answer(ctx, id, text, user, surface)
 }
 
 // Cancel cancels a request: at once if it has not started, at its next safe
@@ -278,7 +292,9 @@ func userMessage(err error) string {
 }
 
 // reply hands a message in a request's thread to its agent, at the agent's
-// next turn boundary. Messages in threads that are no request's are ignored.
+// next turn boundary — unless a question is open in that thread (asked by
+// its agent, or by work delegated under it): then the message answers the
+// question. Messages in threads that are no request's are ignored.
 func (rt *Router) reply(ctx context.Context, ev chat.Event) (string, error) {
 	if ev.Thread == nil {
 		return "", nil
@@ -299,6 +315,19 @@ func (rt *Router) reply(ctx context.Context, ev chat.Event) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	var key string
+	if ev.ID != "" {
+		key = ev.Surface + ":" + ev.ID
+	}
+	q, err := rt.appr.AnswerInThread(ctx, id, ev.Text, ev.User, ev.Surface, key)
+	switch {
+	case errors.Is(err, requests.ErrDuplicate):
+		return "", err
+	case err != nil:
+		return "", audited{err}
+	case q != nil:
+		return fmt.Sprintf("%s answered; %s gets your answer", q.ID, approvals.QuestionAsker(q)), nil
+	}
 	r, err := rt.svc.Get(ctx, id)
 	if err != nil {
 		return "", err
@@ -309,20 +338,23 @@ func (rt *Router) reply(ctx context.Context, ev chat.Event) (string, error) {
 	if r.State.Terminal() {
 		return "", fmt.Errorf("%s has ended (%s): ask again, or retry %s", r.ID, r.State, r.ID.Short())
 	}
-	var key string
-	if ev.ID != "" {
-		key = ev.Surface + ":" + ev.ID
-	}
 	if _, err := agents.ReplyEvent(ctx, rt.svc, id, ev.User, ev.Surface, ev.Text, key); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("%s will read your reply at its next turn", r.ID), nil
 }
 
-// auditRefusal records a refused ask or reply (decisions and commands that
-// reach approvals or requests are audited there). Nothing else changes.
+// audited is a refusal already audited where it was decided (an answer
+// refused by approvals).
+type audited struct{ error }
+
+func (a audited) Unwrap() error { return a.error }
+
+// auditRefusal records a refused ask or reply (decisions, answers and
+// commands that reach approvals or requests are audited there). Nothing else
+// changes.
 func (rt *Router) auditRefusal(ctx context.Context, ev chat.Event, cause error) {
-	if ev.Kind != chat.Ask && ev.Kind != chat.Reply {
+	if ev.Kind != chat.Ask && ev.Kind != chat.Reply || errors.As(cause, new(audited)) {
 		return
 	}
 	err := rt.svc.Store().Update(ctx, func(tx store.Tx) error {
