@@ -2,6 +2,7 @@ package requests
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -68,6 +69,9 @@ func NewService(s store.Store, c clock.Clock, owner string, owners []string) *Se
 
 // Observe registers an observer. Call it before the service is used.
 func (s *Service) Observe(o Observer) { s.observers = append(s.observers, o) }
+
+// Owner returns the owner whose requests the service keeps.
+func (s *Service) Owner() string { return s.owner }
 
 // Store returns the store the service writes through.
 func (s *Service) Store() store.Store { return s.store }
@@ -403,6 +407,20 @@ func (s *Service) List(ctx context.Context, f Filter) ([]*Request, error) {
 		return tx.Scan(bucketRequests, p, store.PrefixEnd(p), func(k string, _ []byte) error { return add(k) })
 	})
 	return out, err
+}
+
+// EachTx calls fn for every request of the owner in ID order, inside the
+// caller's transaction; fn returning store.ErrStop ends the walk without
+// error.
+func (s *Service) EachTx(tx store.Tx, fn func(*Request) error) error {
+	p := s.owner + "/"
+	return tx.Scan(bucketRequests, p, store.PrefixEnd(p), func(k string, v []byte) error {
+		var r Request
+		if err := json.Unmarshal(v, &r); err != nil {
+			return fmt.Errorf("requests: decode %s: %w", k, err)
+		}
+		return fn(&r)
+	})
 }
 
 // QueueTx returns the approved (queued) requests of agent in ID order, up to
