@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os/exec"
+	"strings"
 	"time"
 
 	"github.com/roombridge/roombridge/agents"
@@ -157,6 +158,9 @@ func (s *Service) AskAgent(ctx context.Context, from requests.ID, agent, text st
 		if err := tx.Put(bucketOpen, openPrefix(ra)+rb.ID.Key(), nil); err != nil {
 			return err
 		}
+		if err := s.refreshWaitingTx(tx, ra.ID); err != nil {
+			return err
+		}
 		id = rb.ID
 		return audit.Append(tx, audit.Record{Time: now, RequestID: ra.ID.String(), Actor: "agent:" + ra.Agent,
 			Action: "ask_agent", From: ra.State.String(), To: ra.State.String(),
@@ -279,18 +283,65 @@ func getRV(tx store.Tx, rb *requests.Request) (*Rendezvous, error) {
 }
 
 // openFromTx lists the open rendezvous of asker ra.
-func (s *Service) openFromTx(tx store.Tx, ra *requests.Request) ([]requests.ID, error) {
-	var out []requests.ID
+func (s *Service) openFromTx(tx store.Tx, ra *requests.Request) ([]Rendezvous, error) {
+	var out []Rendezvous
 	p := openPrefix(ra)
 	err := tx.Scan(bucketOpen, p, store.PrefixEnd(p), func(k string, _ []byte) error {
 		var rv Rendezvous
 		if err := store.GetJSON(tx, bucketRendezvous, ra.Owner+"/"+k[len(p):], &rv); err != nil {
 			return err
 		}
-		out = append(out, rv.To)
+		out = append(out, rv)
 		return nil
 	})
 	return out, err
+}
+
+// refreshWaitingTx sets what request ra waits on, for its thread's status
+// line, from its open rendezvous: "waiting on R-08 (reviewer)", and while
+// the delegated request's tasks run, "waiting on R-08 (reviewer) · task T-3
+// running". Nothing open clears it. It is written in the transaction that
+// changes a rendezvous or task, so it survives restarts and its status edit
+// goes through the outbox.
+func (s *Service) refreshWaitingTx(tx store.Tx, raID requests.ID) error {
+	if s.threads == nil {
+		return nil
+	}
+	ra, err := s.svc.GetTx(tx, raID)
+	if err != nil {
+		return err
+	}
+	open, err := s.openFromTx(tx, ra)
+	if err != nil {
+		return err
+	}
+	now := s.svc.Clock().Now()
+	var parts []string
+	for _, rv := range open {
+		part := fmt.Sprintf("waiting on %s (%s)", shortRef(rv.To, now), rv.Agent)
+		ids, err := taskIDsTx(tx, ra.Owner, rv.To)
+		if err != nil {
+			return err
+		}
+		switch {
+		case rv.State != WaitingOnTask || len(ids) == 0:
+		case len(ids) == 1:
+			part += " · task " + ids[0] + " running"
+		default:
+			part += " · tasks " + strings.Join(ids, ", ") + " running"
+		}
+		parts = append(parts, part)
+	}
+	return s.threads.SetWaitingTx(tx, ra, strings.Join(parts, " · "))
+}
+
+// shortRef is id as a room reads it at now: R-08 for a request of now's UTC
+// day, the full ID otherwise.
+func shortRef(id requests.ID, now time.Time) string {
+	if requests.NewID(now, id.Seq()) == id {
+		return id.Short()
+	}
+	return id.String()
 }
 
 // transitionTx moves rb's rendezvous from one of states to state
@@ -326,18 +377,25 @@ func (s *Service) transitionTx(tx store.Tx, rb *requests.Request, from []string,
 			}
 		}
 	}
+	if err := s.refreshWaitingTx(tx, rv.From); err != nil {
+		return nil, err
+	}
 	return &before, audit.Append(tx, audit.Record{Time: rv.Updated, RequestID: rv.From.String(), Actor: actor,
 		Action: "rendezvous", From: before.State, To: state, Detail: rb.ID.String() + " " + reason})
 }
 
 // Observe is the request observer: a delegated request's end closes its
-// rendezvous and answers the asker; an asker's end cancels what it waits on.
+// rendezvous and answers the asker, or ends the background task it runs
+// for; an asker's end cancels what it waits on.
 func (s *Service) Observe(tx store.Tx, before, after *requests.Request) error {
 	if before == nil || before.State.Terminal() || !after.State.Terminal() {
 		return nil
 	}
 	if !after.DelegatedBy.IsZero() {
 		if _, err := s.CompleteTx(tx, after); err != nil {
+			return err
+		}
+		if err := s.endRunTx(tx, after); err != nil {
 			return err
 		}
 	}
@@ -388,8 +446,8 @@ func (s *Service) cancelDelegatedTx(tx store.Tx, ra *requests.Request) error {
 		return err
 	}
 	reason := fmt.Sprintf("cancelled: %s, which asked for it, ended (%s)", ra.ID, ra.State)
-	for _, id := range open {
-		rb, err := s.svc.GetTx(tx, id)
+	for _, rv := range open {
+		rb, err := s.svc.GetTx(tx, rv.To)
 		if err != nil {
 			return err
 		}

@@ -38,9 +38,14 @@ const maxOutput = 16 << 10
 const (
 	// bucketTasks: <owner>/<task id> → Task.
 	bucketTasks = "delegation_tasks"
-	// bucketTasksOpen indexes running tasks twice:
-	// a/<owner>/<agent>/<task id> (the cap) and r/<owner>/<request key>/<task id>.
+	// bucketTasksOpen indexes running tasks:
+	// a/<owner>/<agent>/<task id> (the cap), r/<owner>/<request key>/<task id>
+	// (a request's tasks) and, for agent runs, q/<owner>/<run request key>
+	// → task id (the task its request's end ends).
 	bucketTasksOpen = "delegation_tasks_open"
+	// bucketTasksListed indexes the tasks a room's listing shows (running,
+	// or failed or interrupted and not dismissed): <owner>/<task id>.
+	bucketTasksListed = "delegation_tasks_listed"
 )
 
 // topicTasks is notified when a task ends in the store.
@@ -55,19 +60,68 @@ func (s *Service) task(owner, id string) (*Task, error) {
 	return &t, err
 }
 
-// Task is a background command started by a request's agent.
+// Task is background work started by a request's agent: a command, or an
+// agent run (a request of another agent, delegated by the starting one).
 type Task struct {
 	ID      string      `json:"id"`
 	Owner   string      `json:"owner"`
 	Request requests.ID `json:"request"`
-	Agent   string      `json:"agent"`
-	Name    string      `json:"name"`
-	Command []string    `json:"command"`
-	State   string      `json:"state"`
-	Reason  string      `json:"reason,omitempty"`
-	Output  string      `json:"output,omitempty"`
-	Started time.Time   `json:"started"`
-	Ended   time.Time   `json:"ended,omitzero"`
+	// Agent is the agent of Request: the one whose cap the task counts in.
+	Agent   string   `json:"agent"`
+	Name    string   `json:"name"`
+	Command []string `json:"command,omitempty"`
+	// RunAgent, Text and Run: an agent run's agent, ask and request (Run
+	// ends, the task ends).
+	RunAgent string      `json:"run_agent,omitempty"`
+	Text     string      `json:"text,omitempty"`
+	Run      requests.ID `json:"run,omitzero"`
+	State    string      `json:"state"`
+	Reason   string      `json:"reason,omitempty"`
+	Output   string      `json:"output,omitempty"`
+	Started  time.Time   `json:"started"`
+	Ended    time.Time   `json:"ended,omitzero"`
+	// DismissedBy cleared a failed or interrupted task from its room's
+	// listing, at Dismissed.
+	DismissedBy string    `json:"dismissed_by,omitempty"`
+	Dismissed   time.Time `json:"dismissed,omitzero"`
+}
+
+// Listed reports whether a room's task listing shows t: it runs, or it
+// failed or was interrupted and nobody dismissed it yet.
+func (t *Task) Listed() bool {
+	switch t.State {
+	case TaskRunning:
+		return true
+	case TaskFailed, TaskInterrupted:
+		return t.Dismissed.IsZero()
+	}
+	return false
+}
+
+// Line is how t reads in its request's thread, its result and the room's
+// listing: "task T-3 (tests) failed: exit status 1", "task T-4 (review ·
+// reviewer R20261129-09) stopped — incomplete: stopped by api:token".
+func (t *Task) Line() string {
+	name := t.Name
+	if !t.Run.IsZero() {
+		name += " · " + t.RunAgent + " " + t.Run.String()
+	}
+	line := fmt.Sprintf("task %s (%s) %s", t.ID, name, t.State)
+	if t.State == TaskStopped || t.State == TaskInterrupted {
+		line += " — incomplete"
+	}
+	if t.Reason != "" {
+		line += ": " + t.Reason
+	}
+	return line
+}
+
+// what is what t runs, on one line.
+func (t *Task) what() string {
+	if !t.Run.IsZero() {
+		return t.RunAgent + " " + t.Run.String() + ": " + t.Text
+	}
+	return strings.Join(t.Command, " ")
 }
 
 // tasks is the in-memory side of running tasks: their processes.
@@ -80,15 +134,20 @@ type tasks struct {
 func (t *Task) agentKey() string { return "a/" + t.Owner + "/" + t.Agent + "/" + t.ID }
 func (t *Task) reqKey() string   { return "r/" + t.Owner + "/" + t.Request.Key() + "/" + t.ID }
 
-// BackgroundRun records a task for request from and starts its command,
-// detached from the turn. The agent's cap is checked in the transaction
+// runKey is the open index of an agent run by its request.
+func runKey(owner string, run requests.ID) string { return "q/" + owner + "/" + run.Key() }
+
+// BackgroundRun records a task for request from and starts it, detached
+// from the turn: a command runs in the background; an agent run is a new
+// request of run.Agent (delegated by from, approved) in that agent's queue,
+// whose end ends the task. The agent's cap is checked in the transaction
 // that inserts the task: over it, the call is refused.
 func (s *Service) BackgroundRun(ctx context.Context, from requests.ID, run agents.BackgroundRun) (string, error) {
-	if run.Agent != "" {
-		return "", s.refuse(ctx, from, "background_run", "a background agent run is not supported yet; use ask_agent")
-	}
-	if len(run.Command) == 0 {
-		return "", s.refuse(ctx, from, "background_run", "no command given")
+	switch {
+	case run.Agent != "" && len(run.Command) > 0:
+		return "", s.refuse(ctx, from, "background_run", "give a command or an agent to run, not both")
+	case run.Agent == "" && len(run.Command) == 0:
+		return "", s.refuse(ctx, from, "background_run", "no command given (nor an agent to run)")
 	}
 	var t *Task
 	var refusal string
@@ -101,6 +160,11 @@ func (s *Service) BackgroundRun(ctx context.Context, from requests.ID, run agent
 		if r.State != requests.Running {
 			refusal = fmt.Sprintf("%s is %s, not running", r.ID, r.State)
 			return nil
+		}
+		if run.Agent != "" {
+			if refusal = s.checkAsk(tx, r, run.Agent, run.Text); refusal != "" {
+				return nil
+			}
 		}
 		limit := s.maxTasks(r.Agent)
 		p := "a/" + r.Owner + "/" + r.Agent + "/"
@@ -118,16 +182,26 @@ func (s *Service) BackgroundRun(ctx context.Context, from requests.ID, run agent
 		}
 		now := s.svc.Clock().Now().UTC()
 		t = &Task{ID: fmt.Sprintf("T-%d", seq), Owner: r.Owner, Request: r.ID, Agent: r.Agent,
-			Name: firstNonEmpty(run.Name, run.Command[0]), Command: run.Command, State: TaskRunning, Started: now}
+			Command: run.Command, State: TaskRunning, Started: now}
+		if run.Agent != "" {
+			rt, err := s.svc.CreateTx(tx, requests.Ask{Agent: run.Agent, Room: r.Room, Surface: r.Surface,
+				User: r.Requester, Text: run.Text, DelegatedBy: r.ID, Approved: true})
+			if err != nil {
+				return err
+			}
+			t.Name, t.RunAgent, t.Text, t.Run = firstNonEmpty(run.Name, run.Agent), run.Agent, run.Text, rt.ID
+		} else {
+			t.Name = firstNonEmpty(run.Name, run.Command[0])
+		}
 		if err := s.putTask(tx, t); err != nil {
 			return err
 		}
 		if err := audit.Append(tx, audit.Record{Time: now, RequestID: r.ID.String(), Actor: "agent:" + r.Agent,
 			Action: "background_run", From: r.State.String(), To: r.State.String(),
-			Detail: t.ID + " " + t.Name + ": " + trim(strings.Join(t.Command, " "), 200)}); err != nil {
+			Detail: t.ID + " " + t.Name + ": " + trim(t.what(), 200)}); err != nil {
 			return err
 		}
-		return s.noticeTx(tx, r.ID, fmt.Sprintf("started background task %s (%s): %s", t.ID, t.Name, trim(strings.Join(t.Command, " "), 200)))
+		return s.noticeTx(tx, r.ID, fmt.Sprintf("started background task %s (%s): %s", t.ID, t.Name, trim(t.what(), 200)))
 	})
 	if err == nil && refusal != "" {
 		err = s.refuse(ctx, from, "background_run", refusal)
@@ -135,7 +209,9 @@ func (s *Service) BackgroundRun(ctx context.Context, from requests.ID, run agent
 	if err != nil {
 		return "", fmt.Errorf("delegation: background_run: %w", err)
 	}
-	s.start(t)
+	if t.Run.IsZero() {
+		s.start(t)
+	}
 	return t.ID, nil
 }
 
@@ -153,21 +229,45 @@ func (s *Service) maxTasks(agent string) int {
 	return DefaultMaxTasks
 }
 
-// putTask writes t and keeps the open index in step with its state.
+// putTask writes t, keeps the indexes in step with its state, and
+// refreshes the status of whoever waits on t's request through a
+// rendezvous ("waiting on R-08 (reviewer) · task T-3 running").
 func (s *Service) putTask(tx store.Tx, t *Task) error {
 	if err := store.PutJSON(tx, bucketTasks, t.Owner+"/"+t.ID, t); err != nil {
 		return err
 	}
-	for _, k := range []string{t.agentKey(), t.reqKey()} {
+	open := map[string][]byte{t.agentKey(): nil, t.reqKey(): nil}
+	if !t.Run.IsZero() {
+		open[runKey(t.Owner, t.Run)] = []byte(t.ID)
+	}
+	for k, v := range open {
 		var err error
 		if t.State == TaskRunning {
-			err = tx.Put(bucketTasksOpen, k, nil)
+			err = tx.Put(bucketTasksOpen, k, v)
 		} else {
 			err = tx.Delete(bucketTasksOpen, k)
 		}
 		if err != nil {
 			return err
 		}
+	}
+	var err error
+	if t.Listed() {
+		err = tx.Put(bucketTasksListed, t.Owner+"/"+t.ID, nil)
+	} else {
+		err = tx.Delete(bucketTasksListed, t.Owner+"/"+t.ID)
+	}
+	if err != nil {
+		return err
+	}
+	var rv Rendezvous
+	switch err := store.GetJSON(tx, bucketRendezvous, t.Owner+"/"+t.Request.Key(), &rv); {
+	case errors.Is(err, store.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	case rv.IsOpen():
+		return s.refreshWaitingTx(tx, rv.From)
 	}
 	return nil
 }
@@ -234,14 +334,16 @@ func (s *Service) finish(t *Task, state, reason, output string) {
 	})
 	failpoint.Hit(failpoint.TaskEnded)
 	if err != nil {
-		s.log.ErrorContext(ctx, "recording a task's end", "task", t.ID, "request_id", t.Request.String(), "error", err)
+		s.log.ErrorContext(ctx, "recording a task's end", "task_id", t.ID, "request_id", t.Request.String(), "error", err)
 	}
 }
 
 // EndTaskTx ends running task id of owner with state (compare-and-set:
 // a task already ended is left as it is, and false returned) and delivers
-// its result to the starting request's next turn. A result for a request
-// that has ended is recorded in its audit and thread notice, not dropped.
+// its result to the starting request's next turn, with a line in its
+// thread. A result for a request that has ended is recorded in its audit
+// and thread notice, not dropped. An agent run whose task ends before its
+// request (stopped) has its request cancelled.
 func (s *Service) EndTaskTx(tx store.Tx, owner, id, state, reason, output string) (bool, error) {
 	var t Task
 	if err := store.GetJSON(tx, bucketTasks, owner+"/"+id, &t); err != nil {
@@ -255,16 +357,18 @@ func (s *Service) EndTaskTx(tx store.Tx, owner, id, state, reason, output string
 		return false, err
 	}
 	tx.Notify(topicTasks)
-	text := fmt.Sprintf("task %s (%s) %s", t.ID, t.Name, state)
-	switch state {
-	case TaskStopped:
-		text += " before it finished: the work is incomplete"
-	case TaskInterrupted:
-		text += ": the bridge restarted and its process did not survive"
+	if !t.Run.IsZero() {
+		rt, err := s.svc.GetTx(tx, t.Run)
+		if err != nil {
+			return false, err
+		}
+		if !rt.State.Terminal() {
+			if err := s.cancelTx(tx, rt, fmt.Sprintf("cancelled: its background task %s ended %s (%s)", t.ID, state, reason)); err != nil {
+				return false, err
+			}
+		}
 	}
-	if reason != "" {
-		text += ": " + reason
-	}
+	text := t.Line()
 	if output != "" {
 		text += "\noutput:\n" + output
 	}
@@ -272,7 +376,8 @@ func (s *Service) EndTaskTx(tx store.Tx, owner, id, state, reason, output string
 		Action: "task_" + state, Detail: t.ID + " " + t.Name + " " + reason}); err != nil {
 		return false, err
 	}
-	err := agents.DeliverTx(tx, s.svc, t.Request, agents.Input{Kind: agents.InputTaskResult, TaskID: t.ID, State: state, Text: text})
+	err := agents.DeliverTx(tx, s.svc, t.Request, agents.Input{Kind: agents.InputTaskResult, TaskID: t.ID, State: state,
+		RequestID: t.Run.String(), Text: text})
 	if errors.Is(err, agents.ErrEnded) {
 		return true, s.undeliveredTx(tx, t.Request, "the result of task "+t.ID, text)
 	}
@@ -285,15 +390,38 @@ func (s *Service) EndTaskTx(tx store.Tx, owner, id, state, reason, output string
 	return true, nil
 }
 
+// endRunTx ends the task whose agent run ended request rt is, if any: done
+// → succeeded with the answer as output; failed → failed with the reason;
+// cancelled or expired → stopped (incomplete), with what was done so far.
+func (s *Service) endRunTx(tx store.Tx, rt *requests.Request) error {
+	id, err := tx.Get(bucketTasksOpen, runKey(rt.Owner, rt.ID))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	state, reason := TaskSucceeded, ""
+	switch rt.State {
+	case requests.Failed:
+		state, reason = TaskFailed, firstNonEmpty(rt.Reason, "failed")
+	case requests.Cancelled, requests.Expired:
+		state, reason = TaskStopped, firstNonEmpty(rt.Reason, rt.State.String())
+	}
+	_, err = s.EndTaskTx(tx, rt.Owner, string(id), state, reason, rt.Result)
+	return err
+}
+
 // openTasksTx counts request r's running tasks.
 func (s *Service) openTasksTx(tx store.Tx, r *requests.Request) (int, error) {
-	ids, err := s.taskIDsTx(tx, r)
+	ids, err := taskIDsTx(tx, r.Owner, r.ID)
 	return len(ids), err
 }
 
-func (s *Service) taskIDsTx(tx store.Tx, r *requests.Request) ([]string, error) {
+// taskIDsTx lists the running tasks of request id of owner.
+func taskIDsTx(tx store.Tx, owner string, id requests.ID) ([]string, error) {
 	var ids []string
-	p := "r/" + r.Owner + "/" + r.ID.Key() + "/"
+	p := "r/" + owner + "/" + id.Key() + "/"
 	err := tx.Scan(bucketTasksOpen, p, store.PrefixEnd(p), func(k string, _ []byte) error {
 		ids = append(ids, k[len(p):])
 		return nil
@@ -304,7 +432,7 @@ func (s *Service) taskIDsTx(tx store.Tx, r *requests.Request) ([]string, error) 
 // stopTasksTx ends request r's running tasks as stopped; their processes
 // are killed once the transaction commits (see start).
 func (s *Service) stopTasksTx(tx store.Tx, r *requests.Request) error {
-	ids, err := s.taskIDsTx(tx, r)
+	ids, err := taskIDsTx(tx, r.Owner, r.ID)
 	if err != nil {
 		return err
 	}
@@ -316,29 +444,47 @@ func (s *Service) stopTasksTx(tx store.Tx, r *requests.Request) error {
 	return nil
 }
 
-// Recover ends as interrupted the tasks recorded running whose process is
-// not this process's (the bridge restarted): the request that started each
-// is told so. Call it once at start, before the scheduler runs.
+// Recover ends as interrupted the command tasks recorded running whose
+// process is not this process's (the bridge restarted): the request that
+// started each is told so. An agent run goes on: its request resumes with
+// its session like any request (one that ended ends its task now). Call it
+// once at start, before the scheduler runs.
 func (s *Service) Recover(ctx context.Context) error {
 	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
-		var ends [][2]string
+		var ts []Task
 		err := tx.Scan(bucketTasksOpen, "a/", store.PrefixEnd("a/"), func(k string, _ []byte) error {
 			rest := strings.TrimPrefix(k, "a/")
 			owner, _, _ := strings.Cut(rest, "/")
-			ends = append(ends, [2]string{owner, rest[strings.LastIndex(rest, "/")+1:]})
+			var t Task
+			if err := store.GetJSON(tx, bucketTasks, owner+"/"+rest[strings.LastIndex(rest, "/")+1:], &t); err != nil {
+				return err
+			}
+			ts = append(ts, t)
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		for _, e := range ends {
+		for _, t := range ts {
+			if !t.Run.IsZero() {
+				rt, err := s.svc.GetTx(tx, t.Run)
+				if err != nil {
+					return err
+				}
+				if rt.State.Terminal() {
+					if err := s.endRunTx(tx, rt); err != nil {
+						return err
+					}
+				}
+				continue
+			}
 			s.tasks.mu.Lock()
-			mine := s.tasks.procs[e[1]] != nil
+			mine := s.tasks.procs[t.ID] != nil
 			s.tasks.mu.Unlock()
 			if mine {
 				continue
 			}
-			if _, err := s.EndTaskTx(tx, e[0], e[1], TaskInterrupted, "", ""); err != nil {
+			if _, err := s.EndTaskTx(tx, t.Owner, t.ID, TaskInterrupted, "the bridge restarted and its process did not survive", ""); err != nil {
 				return err
 			}
 		}
@@ -393,23 +539,26 @@ func (t *tail) String() string {
 	return t.buf.String()
 }
 
-// ErrNoTask: there is no task with that ID.
-var ErrNoTask = errors.New("no such task")
+// Errors of the task commands.
+var (
+	// ErrNoTask: there is no task with that ID.
+	ErrNoTask = errors.New("no such task")
+	// ErrTaskEnded: the task has already ended (it cannot be stopped).
+	ErrTaskEnded = errors.New("the task has already ended")
+	// ErrTaskRunning: the task runs (it cannot be dismissed).
+	ErrTaskRunning = errors.New("the task is running")
+)
 
-// ErrTaskEnded: the task has already ended.
-var ErrTaskEnded = errors.New("the task has already ended")
-
-// Running lists the running tasks of the requests of room ("": of every
-// room), in the order they were started.
+// Running lists the tasks of the requests of room ("": of every room)
+// that its listing shows, in the order they were started: the running
+// ones, and those that failed or were interrupted and are not dismissed.
 func (s *Service) Running(ctx context.Context, room string) ([]Task, error) {
 	var out []Task
 	err := s.svc.Store().View(ctx, func(tx store.Tx) error {
 		out = nil
-		return tx.Scan(bucketTasksOpen, "a/", store.PrefixEnd("a/"), func(k string, _ []byte) error {
-			rest := strings.TrimPrefix(k, "a/")
-			owner, _, _ := strings.Cut(rest, "/")
+		return tx.Scan(bucketTasksListed, "", "", func(k string, _ []byte) error {
 			var t Task
-			if err := store.GetJSON(tx, bucketTasks, owner+"/"+rest[strings.LastIndex(rest, "/")+1:], &t); err != nil {
+			if err := store.GetJSON(tx, bucketTasks, k, &t); err != nil {
 				return err
 			}
 			if room != "" {
@@ -426,7 +575,7 @@ func (s *Service) Running(ctx context.Context, room string) ([]Task, error) {
 		})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("delegation: running tasks: %w", err)
+		return nil, fmt.Errorf("delegation: room tasks: %w", err)
 	}
 	slices.SortFunc(out, func(a, b Task) int { return a.Started.Compare(b.Started) })
 	return out, nil
@@ -441,19 +590,85 @@ func (s *Service) RunningText(ctx context.Context, room string) (string, error) 
 	if len(ts) == 0 {
 		return "no background tasks running", nil
 	}
-	lines := []string{fmt.Sprintf("%d background task(s) running:", len(ts))}
+	running := 0
 	for _, t := range ts {
-		lines = append(lines, fmt.Sprintf("%s %s (%s for %s, since %s): %s", t.ID, t.Name, t.Agent, t.Request,
-			t.Started.Format(time.TimeOnly), trim(strings.Join(t.Command, " "), 80)))
+		if t.State == TaskRunning {
+			running++
+		}
+	}
+	head := fmt.Sprintf("%d background task(s) running", running)
+	if ended := len(ts) - running; ended > 0 {
+		head += fmt.Sprintf(", %d failed or interrupted (\"dismiss ID\" clears one)", ended)
+	}
+	lines := []string{head + ":"}
+	for _, t := range ts {
+		when := "since " + t.Started.Format(time.TimeOnly)
+		if t.State != TaskRunning {
+			when = t.State + " at " + t.Ended.Format(time.TimeOnly)
+			if t.Reason != "" {
+				when += ": " + trim(t.Reason, 80)
+			}
+		}
+		lines = append(lines, fmt.Sprintf("%s %s (%s for %s, %s): %s", t.ID, t.Name, t.Agent, t.Request, when, trim(t.what(), 80)))
 	}
 	return strings.Join(lines, "\n"), nil
 }
 
 // StopTask stops running task id on behalf of actor (surface: where it
 // came from): it ends as stopped (its request is told the work is
-// incomplete) and its process is killed once that commits. An unknown or
-// ended task is refused, with an audit record and no change.
+// incomplete); its process is killed once that commits, or its agent run's
+// request is cancelled. An unknown or ended task is refused, with an audit
+// record and no change.
 func (s *Service) StopTask(ctx context.Context, id, actor, surface string) (*Task, error) {
+	return s.taskCommand(ctx, id, actor, surface, "task_stop", func(tx store.Tx, t *Task) error {
+		if t.State != TaskRunning {
+			return refused{fmt.Errorf("%w: %s is %s", ErrTaskEnded, t.ID, t.State)}
+		}
+		_, err := s.EndTaskTx(tx, t.Owner, t.ID, TaskStopped, "stopped by "+actor, "")
+		return err
+	})
+}
+
+// DismissTask clears ended task id from its room's listing on behalf of
+// actor (surface: where it came from), with an audit record and a line in
+// the starting request's thread. A running task is refused (stop it
+// first), as is an unknown one; a task dismissed already is left as it is.
+func (s *Service) DismissTask(ctx context.Context, id, actor, surface string) (*Task, error) {
+	return s.taskCommand(ctx, id, actor, surface, "task_dismiss", func(tx store.Tx, t *Task) error {
+		switch {
+		case t.State == TaskRunning:
+			return refused{fmt.Errorf("%w: %s is running; stop it first (bridge tasks stop %s)", ErrTaskRunning, t.ID, t.ID)}
+		case !t.Dismissed.IsZero():
+			return nil
+		}
+		t.DismissedBy, t.Dismissed = actor, s.svc.Clock().Now().UTC()
+		if err := s.putTask(tx, t); err != nil {
+			return err
+		}
+		return s.noticeTx(tx, t.Request, fmt.Sprintf("%s — dismissed by %s", t.Line(), actor))
+	})
+}
+
+// DismissText is DismissTask for a chat room's "dismiss ID" command by
+// user (surface:id).
+func (s *Service) DismissText(ctx context.Context, id, user string) (string, error) {
+	surface, _, _ := strings.Cut(user, ":")
+	t, err := s.DismissTask(ctx, id, user, surface)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s dismissed (by %s)", t.Line(), t.DismissedBy), nil
+}
+
+// refused wraps the refusal of a task command.
+type refused struct{ error }
+
+// taskCommand runs a person's command on task id in one transaction: do
+// returns a refusal (refused: no change; audited as action+"_refused" after
+// the transaction) or an error. A change is audited as action, in its
+// transaction. An unknown task is refused with ErrNoTask.
+func (s *Service) taskCommand(ctx context.Context, id, actor, surface, action string,
+	do func(tx store.Tx, t *Task) error) (*Task, error) {
 	var t Task
 	var refusal error
 	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
@@ -466,31 +681,34 @@ func (s *Service) StopTask(ctx context.Context, id, actor, surface string) (*Tas
 			refusal = fmt.Errorf("%w: %q", ErrNoTask, id)
 			return nil
 		}
-		owner := t.Owner
-		if t.State != TaskRunning {
-			refusal = fmt.Errorf("%w: %s is %s", ErrTaskEnded, t.ID, t.State)
+		before := t
+		var r refused
+		if err := do(tx, &t); errors.As(err, &r) {
+			refusal = r.error
 			return nil
-		}
-		if _, err := s.EndTaskTx(tx, owner, id, TaskStopped, "stopped by "+actor, ""); err != nil {
+		} else if err != nil {
 			return err
 		}
-		if err := audit.Append(tx, audit.Record{Time: s.svc.Clock().Now().UTC(), RequestID: t.Request.String(),
-			Actor: actor, Surface: surface, Action: "task_stop", Detail: t.ID + " " + t.Name}); err != nil {
+		if err := store.GetJSON(tx, bucketTasks, t.Owner+"/"+t.ID, &t); err != nil {
 			return err
 		}
-		return store.GetJSON(tx, bucketTasks, owner+"/"+id, &t)
+		if t.State == before.State && t.Dismissed.Equal(before.Dismissed) {
+			return nil // nothing changed: nothing to audit
+		}
+		return audit.Append(tx, audit.Record{Time: s.svc.Clock().Now().UTC(), RequestID: t.Request.String(),
+			Actor: actor, Surface: surface, Action: action, From: before.State, To: t.State, Detail: t.ID + " " + t.Name})
 	})
 	if err == nil && refusal != nil {
 		err = refusal
 		if aerr := s.svc.Store().Update(ctx, func(tx store.Tx) error {
 			return audit.Append(tx, audit.Record{Time: s.svc.Clock().Now().UTC(), RequestID: t.Request.String(),
-				Actor: actor, Surface: surface, Action: "task_stop_refused", Detail: refusal.Error()})
+				Actor: actor, Surface: surface, Action: action + "_refused", Detail: refusal.Error()})
 		}); aerr != nil && ctx.Err() == nil {
-			s.log.WarnContext(ctx, "auditing a refused stop", "task", id, "error", aerr)
+			s.log.WarnContext(ctx, "auditing a refused task command", "task_id", id, "action", action, "error", aerr)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("delegation: stop task %s: %w", id, err)
+		return nil, fmt.Errorf("delegation: %s %s: %w", strings.TrimPrefix(action, "task_"), id, err)
 	}
 	return &t, nil
 }

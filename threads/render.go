@@ -1,24 +1,46 @@
 package threads
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/store"
 )
 
-// Title is a thread's title: "R20261129-07 · coder · asked by slack:U1".
-func Title(r *requests.Request) string {
-	t := fmt.Sprintf("%s · %s · asked by %s", r.ID, r.Agent, r.Requester)
-	if !r.DelegatedBy.IsZero() {
-		t += " for " + r.DelegatedBy.String()
-	}
-	return t
+// Extra is what a thread's parent shows besides the request record, read
+// from the store in the transaction that renders it.
+type Extra struct {
+	// Asker is the agent of the request that delegated this one (its
+	// DelegatedBy); "" when there is none or it is unknown.
+	Asker string
+	// Waiting says what the request waits on, as delegation keeps it
+	// (SetWaitingTx): "waiting on R-08 (reviewer)"; "" for nothing.
+	Waiting string
 }
 
-// StatusLine is the live status of a request as its parent message shows it.
-func StatusLine(r *requests.Request) string {
+// Title is a thread's title: "R20261129-07 · coder · asked by slack:U1".
+// A delegated request names the agent and request that asked, and the
+// person the work is for: "R20261129-08 · reviewer · asked by coder
+// (R20261129-07) for slack:U1" (asker is that agent; "" if unknown).
+func Title(r *requests.Request, asker string) string {
+	t := fmt.Sprintf("%s · %s · asked by ", r.ID, r.Agent)
+	switch {
+	case r.DelegatedBy.IsZero():
+		return t + r.Requester
+	case asker != "":
+		return t + fmt.Sprintf("%s (%s) for %s", asker, r.DelegatedBy, r.Requester)
+	default:
+		return t + fmt.Sprintf("%s for %s", r.DelegatedBy, r.Requester)
+	}
+}
+
+// StatusLine is the live status of a request as its parent message shows
+// it. waiting (Extra.Waiting) says what a running request waits on; it
+// replaces the scheduler's generic "waiting…" activity, which says less.
+func StatusLine(r *requests.Request, waiting string) string {
 	switch r.State {
 	case requests.Pending:
 		return "pending approval"
@@ -29,8 +51,11 @@ func StatusLine(r *requests.Request) string {
 		if r.Progress > 0 {
 			parts = append(parts, fmt.Sprintf("%d%%", r.Progress))
 		}
-		if r.Activity != "" {
+		if r.Activity != "" && (waiting == "" || !strings.HasPrefix(r.Activity, "waiting")) {
 			parts = append(parts, r.Activity)
+		}
+		if waiting != "" {
+			parts = append(parts, waiting)
 		}
 		if r.CancelRequested {
 			parts = append(parts, "cancelling")
@@ -47,16 +72,22 @@ func StatusLine(r *requests.Request) string {
 	return r.State.String()
 }
 
-// Parent renders the thread's parent message: title, the ask, the status.
-func Parent(r *requests.Request) chat.Message {
+// Parent renders the thread's parent message without extras: title, the
+// ask, the status.
+func Parent(r *requests.Request) chat.Message { return ParentWith(r, Extra{}) }
+
+// ParentWith renders the thread's parent message: title, the ask, the
+// status, with x.
+func ParentWith(r *requests.Request, x Extra) chat.Message {
+	title, status := Title(r, x.Asker), StatusLine(r, x.Waiting)
 	return chat.Message{
 		Request: r.ID.String(),
 		Kind:    "parent",
-		Text:    Title(r) + " — " + StatusLine(r),
+		Text:    title + " — " + status,
 		Card: &chat.Card{
-			Title:  Title(r),
+			Title:  title,
 			Text:   r.Ask,
-			Status: StatusLine(r),
+			Status: status,
 		},
 	}
 }
@@ -88,4 +119,67 @@ func Outcome(r *requests.Request) chat.Message {
 		}
 	}
 	return m
+}
+
+// bucketWaiting keeps what a request waits on, for its status line:
+// <request ID> → text (absent: nothing).
+const bucketWaiting = "thread_waiting"
+
+// SetRequests lets Threads read the request that asked for a delegated one,
+// to name its agent in the delegated request's title. Call it before the
+// request service is used.
+func (t *Threads) SetRequests(svc *requests.Service) { t.requests = svc }
+
+func waitingTx(tx store.Tx, id string) (string, error) {
+	b, err := tx.Get(bucketWaiting, id)
+	if isNotFound(err) {
+		return "", nil
+	}
+	return string(b), err
+}
+
+// extraTx reads r's Extra (waiting is already read).
+func (t *Threads) extraTx(tx store.Tx, r *requests.Request, waiting string) (Extra, error) {
+	x := Extra{Waiting: waiting}
+	if r.DelegatedBy.IsZero() || t.requests == nil {
+		return x, nil
+	}
+	asker, err := t.requests.GetTx(tx, r.DelegatedBy)
+	switch {
+	case errors.Is(err, requests.ErrUnknown):
+	case err != nil:
+		return x, err
+	default:
+		x.Asker = asker.Agent
+	}
+	return x, nil
+}
+
+// SetWaitingTx records what request r waits on ("" for nothing), in the
+// caller's transaction, and queues the update of r's status line if that
+// changes it (coalesced with r's other status edits). The text survives
+// restarts: every later rendering of r's parent reads it.
+func (t *Threads) SetWaitingTx(tx store.Tx, r *requests.Request, waiting string) error {
+	id := r.ID.String()
+	old, err := waitingTx(tx, id)
+	if err != nil || old == waiting {
+		return err
+	}
+	if waiting == "" {
+		err = tx.Delete(bucketWaiting, id)
+	} else {
+		err = tx.Put(bucketWaiting, id, []byte(waiting))
+	}
+	if err != nil {
+		return fmt.Errorf("threads: set waiting %s: %w", id, err)
+	}
+	surface, _, ok := t.Place(r)
+	if !ok || StatusLine(r, old) == StatusLine(r, waiting) {
+		return nil
+	}
+	x, err := t.extraTx(tx, r, waiting)
+	if err != nil {
+		return err
+	}
+	return Enqueue(tx, Effect{Op: OpUpdate, Request: id, Surface: surface, Ref: ParentRef(id), Message: ParentWith(r, x)})
 }

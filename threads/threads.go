@@ -49,6 +49,7 @@ type Effect struct {
 type Threads struct {
 	rooms    map[string]config.Room
 	surfaces map[string]bool
+	requests *requests.Service // SetRequests: names the asker of a delegated request
 }
 
 // New returns Threads for the given rooms; surfaces are those with a running
@@ -103,18 +104,30 @@ func (t *Threads) Observe(tx store.Tx, before, after *requests.Request) error {
 		return nil
 	}
 	id := after.ID.String()
+	waiting, err := waitingTx(tx, id)
+	if err != nil {
+		return err
+	}
 	if before == nil {
+		x, err := t.extraTx(tx, after, waiting)
+		if err != nil {
+			return err
+		}
 		return Enqueue(tx, Effect{Op: OpThread, Request: id, Surface: surface, Channel: channel,
-			Save: ParentRef(id), Message: Parent(after)})
+			Save: ParentRef(id), Message: ParentWith(after, x)})
 	}
 	if after.State.Terminal() && !before.State.Terminal() {
 		if err := t.Reply(tx, after, Outcome(after)); err != nil {
 			return err
 		}
 	}
-	if StatusLine(before) != StatusLine(after) || before.Ask != after.Ask {
+	if StatusLine(before, waiting) != StatusLine(after, waiting) || before.Ask != after.Ask {
+		x, err := t.extraTx(tx, after, waiting)
+		if err != nil {
+			return err
+		}
 		return Enqueue(tx, Effect{Op: OpUpdate, Request: id, Surface: surface,
-			Ref: ParentRef(id), Message: Parent(after)})
+			Ref: ParentRef(id), Message: ParentWith(after, x)})
 	}
 	return nil
 }

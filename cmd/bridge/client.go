@@ -321,6 +321,11 @@ type roomTask struct {
 	TaskID    string      `json:"task_id"`
 	Name      string      `json:"name"`
 	Command   []string    `json:"command"`
+	RunAgent  string      `json:"run_agent"`
+	Text      string      `json:"text"`
+	Run       requests.ID `json:"run"`
+	State     string      `json:"state"`
+	Reason    string      `json:"reason"`
 	RequestID requests.ID `json:"request_id"`
 	Agent     string      `json:"agent"`
 	StartedAt time.Time   `json:"started_at"`
@@ -328,7 +333,8 @@ type roomTask struct {
 }
 
 // tasksList prints what runs now (requests and background tasks) in one
-// room, or in every room of the config.
+// room, or in every room of the config, and the background tasks that
+// failed or were interrupted and are not dismissed (their WHAT says so).
 func tasksList(ctx context.Context, args []string, out io.Writer) error {
 	fs := newFlags("tasks list")
 	room := fs.String("room", "", "only this room (default: every room of the config)")
@@ -367,6 +373,12 @@ func tasksList(ctx context.Context, args []string, out io.Writer) error {
 			id, what := t.RequestID.String(), t.Activity
 			if t.Kind == "task" {
 				id, what = t.TaskID, t.Name+": "+strings.Join(t.Command, " ")
+				if !t.Run.IsZero() {
+					what = t.Name + ": " + t.RunAgent + " " + t.Run.String() + ": " + t.Text
+				}
+				if t.State != "" && t.State != "running" {
+					what = t.State + " (" + orDefault(t.Reason, "no reason given") + "; clear with `bridge tasks dismiss " + t.TaskID + "`): " + what
+				}
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, t.Kind, id, t.RequestID, t.Agent,
 				t.StartedAt.Local().Format(time.TimeOnly), oneLine(what, 80))
@@ -375,29 +387,35 @@ func tasksList(ctx context.Context, args []string, out io.Writer) error {
 	return tw.Flush()
 }
 
-// taskStop stops a background task through the daemon.
-func taskStop(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("tasks stop")
+// taskCommand stops (verb "stop") or dismisses (verb "dismiss") a
+// background task through the daemon.
+func taskCommand(ctx context.Context, verb string, args []string, out io.Writer) error {
+	fs := newFlags("tasks " + verb)
 	mk := apiFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 || fs.Arg(0) == "" {
-		return fmt.Errorf("%w: tasks stop needs exactly one task ID (T-3)", errUsage)
+		return fmt.Errorf("%w: tasks %s needs exactly one task ID (T-3)", errUsage, verb)
 	}
 	c, err := mk()
 	if err != nil {
 		return err
 	}
 	var res struct {
-		ID      string      `json:"id"`
-		State   string      `json:"state"`
-		Name    string      `json:"name"`
-		Request requests.ID `json:"request"`
+		ID          string      `json:"id"`
+		State       string      `json:"state"`
+		Name        string      `json:"name"`
+		Request     requests.ID `json:"request"`
+		DismissedBy string      `json:"dismissed_by"`
 	}
-	if err := c.getJSON(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(fs.Arg(0))+"/stop", &res); err != nil {
+	if err := c.getJSON(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(fs.Arg(0))+"/"+verb, &res); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "%s (%s) %s; %s is told the work is incomplete\n", res.ID, res.Name, res.State, res.Request)
+	if verb == "dismiss" {
+		fmt.Fprintf(out, "%s (%s) %s, dismissed by %s; no longer listed\n", res.ID, res.Name, res.State, res.DismissedBy)
+		return nil
+	}
+	fmt.Fprintf(out, "%s (%s) %s — incomplete; %s is told so\n", res.ID, res.Name, res.State, res.Request)
 	return nil
 }

@@ -28,8 +28,9 @@ const usage = `usage: bridge <command> [flags]
   cancel ID | retry ID
   approve ID | deny ID                approve or deny (R-07: a request; R-07.1: a permission its agent asked)
   revoke USER                         cancel USER's pending and queued requests (surface:id); running ones finish
-  tasks list [--room R]               running requests and background tasks
+  tasks list [--room R]               running requests and background tasks (and failed ones not dismissed)
   tasks stop ID                       stop a background task (its request is told the work is incomplete)
+  tasks dismiss ID                    clear a failed or interrupted task from the room's tasks
   audit export [--since T] [--until T] [--format jsonl|csv] [-o FILE]
 
 Commands that talk to a running daemon take --api URL and --config FILE.`
@@ -77,10 +78,10 @@ func run(ctx context.Context, args []string) error {
 		switch {
 		case len(rest) > 0 && rest[0] == "list":
 			return tasksList(ctx, rest[1:], os.Stdout)
-		case len(rest) > 0 && rest[0] == "stop":
-			return taskStop(ctx, rest[1:], os.Stdout)
+		case len(rest) > 0 && (rest[0] == "stop" || rest[0] == "dismiss"):
+			return taskCommand(ctx, rest[0], rest[1:], os.Stdout)
 		}
-		return fmt.Errorf("%w: tasks list|stop", errUsage)
+		return fmt.Errorf("%w: tasks list|stop|dismiss", errUsage)
 	case "audit":
 		if len(rest) == 0 || rest[0] != "export" {
 			return fmt.Errorf("%w: audit export [flags]", errUsage)

@@ -100,6 +100,7 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 		surfaces = append(surfaces, c.Surface())
 	}
 	th := threads.New(cfg.Rooms, surfaces...)
+	th.SetRequests(svc) // a delegated request's title names the agent that asked
 	svc.Observe(th.Observe)
 	// After the threads observer: an approval card is a reply in the thread
 	// that the threads observer starts.
@@ -119,7 +120,8 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	svc.Observe(del.Observe)
 	for _, c := range conns {
 		if cc, ok := c.(*console.Connector); ok {
-			cc.Tasks = del.RunningText // the console's "tasks" command
+			cc.Tasks = del.RunningText   // the console's "tasks" command
+			cc.Dismiss = del.DismissText // and its "dismiss ID"
 		}
 	}
 	router := rooms.New(svc, appr, cfg.Rooms, log)

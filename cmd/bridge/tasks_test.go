@@ -14,7 +14,9 @@ import (
 // by GET /v1/rooms/{room}/tasks (besides its running request), by `bridge
 // tasks list` and by the console's "tasks"; `bridge tasks stop` stops it,
 // and the request that started it is woken with "the work is incomplete".
-// Stopping it again, or an unknown task, is refused.
+// Stopping it again, or an unknown task, is refused; so is dismissing it
+// while it runs. A failed task stays listed until the console's "dismiss"
+// clears it (a line in its thread says so).
 func TestTasksVisibleAndStopped(t *testing.T) {
 	dir := t.TempDir()
 	gate := filepath.Join(dir, "gate")
@@ -63,11 +65,15 @@ func TestTasksVisibleAndStopped(t *testing.T) {
 	p.waitLine(i, q("* 1 background task(s) running:"))
 	p.waitLine(i, `^  T-1 long \(coder for `+q(id)+`, since .*\): sh `+q(script))
 
+	if _, errOut, code = runCLI(t, dir, "tasks", "dismiss", "T-1"); code != 1 || !strings.Contains(errOut, "T-1 is running; stop it first") ||
+		!strings.Contains(errOut, "HTTP 409") {
+		t.Fatalf("dismissing running T-1: code %d, stderr %q", code, errOut)
+	}
 	out, errOut, code = runCLI(t, dir, "tasks", "stop", "T-1")
 	if code != 0 || !strings.HasPrefix(out, "T-1 (long) stopped") {
 		t.Fatalf("bridge tasks stop: code %d, out %q, err %q", code, out, errOut)
 	}
-	p.waitLine(i, q(id+" | final: ")+".*"+q("task T-1 (long) stopped before it finished: the work is incomplete: stopped by api:token"))
+	p.waitLine(i, q(id+" | final: ")+".*"+q("task T-1 (long) stopped — incomplete: stopped by api:token"))
 	if call(t, http.MethodGet, base+"/v1/rooms/console/tasks", tok, nil, &list); list.Count != 0 {
 		t.Errorf("tasks after the stop: %+v", list)
 	}
@@ -77,7 +83,32 @@ func TestTasksVisibleAndStopped(t *testing.T) {
 	if _, errOut, code = runCLI(t, dir, "tasks", "stop", "T-9"); code != 1 || !strings.Contains(errOut, "no such task") || !strings.Contains(errOut, "HTTP 404") {
 		t.Errorf("stopping T-9: code %d, stderr %q", code, errOut)
 	}
-	if _, errOut, code = runCLI(t, dir, "tasks"); code != 2 || !strings.Contains(errOut, "tasks list|stop") {
+	if _, errOut, code = runCLI(t, dir, "tasks"); code != 2 || !strings.Contains(errOut, "tasks list|stop|dismiss") {
 		t.Errorf("bridge tasks: code %d, stderr %q", code, errOut)
+	}
+
+	// A failed task stays listed until dismissed.
+	broken := filepath.Join(dir, "broken.sh")
+	writeFile(t, broken, "echo half-done\nexit 3\n")
+	id2 := "R" + time.Now().UTC().Format("20060102") + "-02"
+	p.send("@coder background broken sh " + broken + "; yield on broken")
+	i = p.waitLine(i, q(id2+" | task T-2 (broken) failed: exit status 3"))
+	out, errOut, code = runCLI(t, dir, "tasks", "list")
+	if code != 0 || !regexp.MustCompile(`console\s+task\s+T-2\s+`+q(id2)+`\s+coder\s+\S+\s+failed \(exit status 3; clear with `).MatchString(out) {
+		t.Fatalf("bridge tasks list with a failed task: code %d, out %q, err %q", code, out, errOut)
+	}
+	p.send("tasks")
+	p.waitLine(i, q("* 0 background task(s) running, 1 failed or interrupted"))
+	p.send("dismiss T-2")
+	p.waitLine(i, q("* task T-2 (broken) failed: exit status 3 dismissed (by console:alice)"))
+	p.waitLine(i, q(id2+" | task T-2 (broken) failed: exit status 3 — dismissed by console:alice"))
+	if call(t, http.MethodGet, base+"/v1/rooms/console/tasks", tok, nil, &list); list.Count != 0 {
+		t.Errorf("tasks after the dismissal: %+v", list)
+	}
+	if out, errOut, code = runCLI(t, dir, "tasks", "dismiss", "T-2"); code != 0 || !strings.Contains(out, "dismissed by console:alice") {
+		t.Errorf("dismissing T-2 again: code %d, out %q, stderr %q", code, out, errOut)
+	}
+	if _, errOut, code = runCLI(t, dir, "tasks", "dismiss", "T-9"); code != 1 || !strings.Contains(errOut, "no such task") || !strings.Contains(errOut, "HTTP 404") {
+		t.Errorf("dismissing T-9: code %d, stderr %q", code, errOut)
 	}
 }

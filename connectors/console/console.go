@@ -19,8 +19,12 @@ type Connector struct {
 	room string
 
 	// Tasks, if set, answers the "tasks" command: what runs in the room
-	// (background tasks). Set it before Run.
+	// (background tasks, and failed ones not yet dismissed). Set it before
+	// Run.
 	Tasks func(ctx context.Context, room string) (string, error)
+	// Dismiss, if set, answers "dismiss ID": it clears failed task ID from
+	// the room's tasks on behalf of user (console:name). Set it before Run.
+	Dismiss func(ctx context.Context, id, user string) (string, error)
 
 	mu     sync.Mutex
 	out    io.Writer
@@ -61,7 +65,7 @@ func (c *Connector) Run(ctx context.Context, h chat.Handler) error {
 			}
 		}
 	}()
-	c.printf("console room %q: type @agent <ask>, inbox, tasks, approve|deny|cancel|retry|show <ID>, /as <user>, help", c.room)
+	c.printf("console room %q: type @agent <ask>, inbox, tasks, dismiss <task>, approve|deny|cancel|retry|show <ID>, /as <user>, help", c.room)
 	for {
 		select {
 		case <-ctx.Done():
@@ -103,6 +107,19 @@ func (c *Connector) handle(ctx context.Context, h chat.Handler, line string) {
 			return
 		}
 		c.printf("* %s", strings.ReplaceAll(text, "\n", "\n  "))
+		return
+	case (line == "dismiss" || strings.HasPrefix(line, "dismiss ")) && c.Dismiss != nil:
+		id := strings.TrimSpace(strings.TrimPrefix(line, "dismiss"))
+		if id == "" || strings.Contains(id, " ") {
+			c.printf("! dismiss needs one task ID (dismiss T-3)")
+			return
+		}
+		text, err := c.Dismiss(ctx, id, ev.User)
+		if err != nil {
+			c.printf("! %s", err)
+			return
+		}
+		c.printf("* %s", text)
 		return
 	case strings.HasPrefix(line, "@"):
 		ev.Kind = chat.Ask
