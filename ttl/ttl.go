@@ -53,6 +53,8 @@ type Options struct {
 	Log *slog.Logger
 	// Page and Parallel tune a sweep (defaults DefaultPage, DefaultParallel).
 	Page, Parallel int
+	// OnSweep, if set, is told what each sweep did (metrics).
+	OnSweep func(Result)
 }
 
 // Result is what one sweep did.
@@ -205,6 +207,9 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (Result, error) {
 		}
 	}
 	res.Took = time.Since(start)
+	if s.o.OnSweep != nil {
+		s.o.OnSweep(res)
+	}
 	return res, firstErr
 }
 
