@@ -31,6 +31,7 @@ type Config struct {
 	Delegation Delegation       `yaml:"delegation"`
 	HA         *HA              `yaml:"ha"`
 	Log        Log              `yaml:"log"`
+	Shutdown   Shutdown         `yaml:"shutdown"`
 }
 
 // HTTP is the API server.
@@ -118,9 +119,22 @@ type HA struct {
 	AuditRetention time.Duration `yaml:"audit_retention"`
 }
 
-// Log configures logging.
+// Log configures logging (to stderr).
 type Log struct {
 	Level string `yaml:"level"`
+	// Format is text (default: slog's key=value lines) or json (one JSON
+	// object per line).
+	Format string `yaml:"format"`
+}
+
+// Shutdown configures a graceful stop (the first SIGTERM or SIGINT).
+type Shutdown struct {
+	// Grace bounds a graceful stop: running agent turns may reach a safe
+	// point and the outbox is flushed within it; what still runs then is
+	// interrupted, to be resumed by the next start (default 30s). Keep it
+	// under the supervisor's own stop timeout (systemd TimeoutStopSec,
+	// Kubernetes terminationGracePeriodSeconds).
+	Grace time.Duration `yaml:"grace"`
 }
 
 // Error is a configuration error about one key.
@@ -284,6 +298,8 @@ const (
 	DefaultLeaseTTL   = 5 * time.Second
 	DefaultHAPrefix   = "/roombridge"
 	DefaultRetention  = 90 * 24 * time.Hour
+	DefaultGrace      = 30 * time.Second
+	DefaultLogFormat  = "text"
 	defaultTokenFile  = "api.token"
 	defaultConsoleWho = "you"
 )
@@ -303,6 +319,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Approvals.Sweep == "" {
 		c.Approvals.Sweep = DefaultSweep
+	}
+	if c.Log.Format == "" {
+		c.Log.Format = DefaultLogFormat
+	}
+	if c.Shutdown.Grace == 0 {
+		c.Shutdown.Grace = DefaultGrace
 	}
 	if c.Console != nil && c.Console.User == "" {
 		c.Console.User = defaultConsoleWho
@@ -470,7 +492,23 @@ func (c *Config) Validate() error {
 	default:
 		return keyErr("log.level", "unknown level %q (want debug, info, warn or error)", c.Log.Level)
 	}
+	if err := CheckLogFormat(c.Log.Format); err != nil {
+		return err
+	}
+	if c.Shutdown.Grace < 0 {
+		return keyErr("shutdown.grace", "%v: must be positive", c.Shutdown.Grace)
+	}
 	return nil
+}
+
+// CheckLogFormat checks a log format (log.format, or run's --log-format
+// flag): "" (the default), text or json.
+func CheckLogFormat(format string) error {
+	switch format {
+	case "", "text", "json":
+		return nil
+	}
+	return keyErr("log.format", "unknown format %q (want text or json)", format)
 }
 
 func secretPair(key, value, file string, required bool) error {

@@ -40,6 +40,10 @@ type Deliverer struct {
 	connectors map[string]chat.Connector
 	clock      clock.Clock
 	log        *slog.Logger
+
+	// OnDelivered, if set, is told of each effect delivered: its surface
+	// and the time since it was enqueued (metrics). Set it before Run.
+	OnDelivered func(surface string, latency time.Duration)
 }
 
 // NewDeliverer returns a Deliverer for the given connectors.
@@ -53,14 +57,38 @@ func NewDeliverer(s store.Store, c clock.Clock, log *slog.Logger, connectors ...
 
 // Run delivers until ctx ends, woken by outbox notifications and back-off
 // deadlines (no polling).
-func (d *Deliverer) Run(ctx context.Context) error {
+func (d *Deliverer) Run(ctx context.Context) error { return d.loop(ctx, false) }
+
+// Flush delivers until the outbox is empty (nil) or ctx ends (an error
+// saying how many effects are left): a graceful shutdown bounds it by its
+// grace period. Effects held back (a coalesced edit, a retry after a
+// failure or a 429) are waited for while ctx allows; when the earliest of
+// them is due only after ctx's deadline, Flush gives up at once.
+func (d *Deliverer) Flush(ctx context.Context) error { return d.loop(ctx, true) }
+
+// loop is Run, or Flush when untilEmpty is set.
+func (d *Deliverer) loop(ctx context.Context, untilEmpty bool) error {
 	wake, cancel := d.store.Subscribe(store.TopicOutbox)
 	defer cancel()
 	for {
+		if ctx.Err() != nil {
+			if untilEmpty {
+				return d.left(ctx, ctx.Err())
+			}
+			return nil
+		}
 		next, err := d.DeliverOnce(ctx)
 		if err != nil && ctx.Err() == nil {
 			d.log.ErrorContext(ctx, "outbox round failed", "error", err)
 			next = d.clock.Now().Add(minBackoff)
+		}
+		if untilEmpty {
+			if n, err := d.pending(ctx); err == nil && n == 0 {
+				return nil
+			}
+			if dl, ok := ctx.Deadline(); ok && !next.IsZero() && next.After(dl) {
+				return d.left(ctx, fmt.Errorf("the next is due at %s, after the deadline", next.Format(time.RFC3339Nano)))
+			}
 		}
 		var timer *time.Timer
 		var due <-chan time.Time
@@ -76,10 +104,30 @@ func (d *Deliverer) Run(ctx context.Context) error {
 		if timer != nil {
 			timer.Stop()
 		}
-		if ctx.Err() != nil {
-			return nil
-		}
 	}
+}
+
+// pending counts the effects in the outbox (up to batchSize).
+func (d *Deliverer) pending(ctx context.Context) (int, error) {
+	var n int
+	err := d.store.View(ctx, func(tx store.Tx) error {
+		p, err := store.PendingEffects(tx, batchSize)
+		n = len(p)
+		return err
+	})
+	return n, err
+}
+
+// left is Flush's error when effects are left: how many, and why.
+func (d *Deliverer) left(ctx context.Context, why error) error {
+	// ctx may be over: count within a second of our own.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	n, err := d.pending(cctx)
+	if err != nil {
+		return fmt.Errorf("threads: flush: effects left (counting them failed: %v): %w", err, why)
+	}
+	return fmt.Errorf("threads: flush: %d effect(s) left: %w", n, why)
 }
 
 // DeliverOnce makes one delivery round over the pending effects and returns
@@ -169,6 +217,9 @@ func (d *Deliverer) deliver(ctx context.Context, se store.Effect) (time.Time, bo
 			return store.AckEffect(tx, se)
 		})
 		if err == nil {
+			if d.OnDelivered != nil && !se.Created.IsZero() {
+				d.OnDelivered(e.Surface, time.Since(se.Created))
+			}
 			return time.Time{}, true
 		}
 	}

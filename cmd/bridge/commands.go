@@ -45,7 +45,7 @@ func run(ctx context.Context, args []string) error {
 		return runCmd(ctx, rest)
 	case "demo-agent":
 		// An agent process, not the daemon: SIGINT and SIGTERM stop it like
-		// any program (main's NotifyContext would otherwise swallow them and
+		// any program (main's onSignals would otherwise catch them and
 		// the bridge's stop escalation would take until SIGKILL).
 		signal.Reset(syscall.SIGINT, syscall.SIGTERM)
 		if code := demo.Main(os.Stdin, os.Stdout); code != 0 {

@@ -35,13 +35,15 @@ import (
 // finds a daemon started on port 0.
 const addrFile = "http.addr"
 
-// shutdownGrace bounds how long in-flight HTTP calls may take at shutdown.
-const shutdownGrace = 5 * time.Second
+// httpGrace bounds how long in-flight HTTP calls may take once the leader's
+// work has stopped (the graceful stop itself is shutdown.grace).
+const httpGrace = 5 * time.Second
 
 func runCmd(ctx context.Context, args []string) error {
 	fs := newFlags("run")
 	path := fs.String("config", "", "config file (default: console room, embedded store, demo agents)")
 	level := fs.String("log-level", "", "debug, info, warn or error (overrides log.level)")
+	format := fs.String("log-format", "", "text or json (overrides log.format)")
 	httpAddr := fs.String("http", "", "listen address of the API (overrides http.addr; port 0 picks a free port)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -53,16 +55,27 @@ func runCmd(ctx context.Context, args []string) error {
 	if *level != "" {
 		cfg.Log.Level = *level
 	}
+	if *format != "" {
+		if err := config.CheckLogFormat(*format); err != nil {
+			return fmt.Errorf("%w: run: --log-format: %v", errUsage, err)
+		}
+		cfg.Log.Format = *format
+	}
 	if *httpAddr != "" {
 		cfg.HTTP.Addr = *httpAddr
 	}
 	return daemon(ctx, cfg)
 }
 
-func newLogger(level string) *slog.Logger {
+// newLogger logs to stderr at level, as text (key=value) or json (log.format).
+func newLogger(level, format string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(strings.ToUpper(orDefault(level, "info"))))
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+	opts := &slog.HandlerOptions{Level: l}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
 }
 
 func orDefault(s, def string) string {
@@ -72,9 +85,13 @@ func orDefault(s, def string) string {
 	return s
 }
 
-// daemon runs the bridge until ctx ends.
+// daemon runs the bridge until ctx ends, then stops gracefully within
+// shutdown.grace (see stopping).
 func daemon(ctx context.Context, cfg *config.Config) error {
-	log := newLogger(cfg.Log.Level)
+	log := newLogger(cfg.Log.Level, cfg.Log.Format)
+	// Libraries that log through slog's default (or the log package) log
+	// through ours, in its format.
+	slog.SetDefault(log)
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data_dir: %w", err)
 	}
@@ -166,10 +183,14 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	if err := os.WriteFile(filepath.Join(cfg.DataDir, addrFile), []byte(addr+"\n"), 0o600); err != nil {
 		return fmt.Errorf("data_dir: %w", err)
 	}
-	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
+	stop := newStopping(cfg.Shutdown.Grace, log)
+	srv := &http.Server{Handler: stop.gate(api), ReadHeaderTimeout: 10 * time.Second}
 	log.Info("bridge started", "api", "http://"+addr, "data_dir", cfg.DataDir, "store", be.desc, "agents", len(ags), "surfaces", strings.Join(surfaces, ","))
 
-	ctx, cancel := context.WithCancel(ctx)
+	// The first signal ends signalled and begins a graceful stop; the work
+	// goes on, under its own context, until that stop is done.
+	signalled := ctx
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
@@ -194,13 +215,13 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 		}
 		return sched.Run(ctx)
 	}
-	leaderJobs := []job{{"scheduler", runScheduler}, {"outbox", deliver.Run}, {"sweeper", sweeper.Run}}
+	work := leaderWork{sched: sched, runSched: runScheduler, deliver: deliver, intake: []job{{"sweeper", sweeper.Run}}}
 	for _, c := range conns {
-		leaderJobs = append(leaderJobs, job{c.Surface(), func(ctx context.Context) error { return c.Run(ctx, router) }})
+		work.intake = append(work.intake, job{c.Surface(), func(ctx context.Context) error { return c.Run(ctx, router) }})
 	}
-	leaderJobs = append(leaderJobs, be.jobs...)
+	work.intake = append(work.intake, be.jobs...)
 	start("leader", func(ctx context.Context) error {
-		return be.lead(ctx, func(ctx context.Context) error { return runJobs(ctx, leaderJobs) })
+		return be.lead(ctx, func(ctx context.Context) error { return stop.lead(ctx, work) })
 	})
 	start("http", func(ctx context.Context) error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -210,12 +231,23 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	})
 	var runErr error
 	select {
-	case <-ctx.Done():
+	case <-signalled.Done():
+		log.Info("stopping gracefully: no new work; running turns stop at their next safe point, then the outbox is flushed (a second signal exits at once)",
+			"grace", cfg.Shutdown.Grace)
+		stop.begin()
+		select {
+		case <-stop.drained():
+		case runErr = <-errs:
+		}
 	case runErr = <-errs:
+	}
+	if runErr != nil {
 		log.Error("critical job failed; stopping", "error", runErr)
 	}
+	// Ends the term: HA resigns (a follower leads at once); the store and
+	// its lock close when daemon returns.
 	cancel()
-	sctx, scancel := context.WithTimeout(context.Background(), shutdownGrace)
+	sctx, scancel := context.WithTimeout(context.Background(), httpGrace)
 	defer scancel()
 	_ = srv.Shutdown(sctx)
 	wg.Wait()

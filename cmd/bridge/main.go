@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// The first SIGINT or SIGTERM cancels ctx (a graceful stop); a second
+	// exits at once (signals.go).
+	ctx, stop := onSignals(context.Background())
 	err := run(ctx, os.Args[1:])
 	stop()
 	if err != nil {
