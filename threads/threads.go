@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/config"
@@ -154,7 +155,9 @@ func Enqueue(tx store.Tx, e Effect) error {
 	if err != nil {
 		return fmt.Errorf("threads: enqueue: %w", err)
 	}
-	se := &store.Effect{Queue: e.Surface + "/" + e.Request, Payload: payload}
+	// Created is wall time (not a clock.Clock: Enqueue has none), for the
+	// delivery latency metric only.
+	se := &store.Effect{Queue: e.Surface + "/" + e.Request, Payload: payload, Created: time.Now().UTC()}
 	if e.Op == OpUpdate {
 		se.Coalesce = e.Surface + "/" + e.Ref
 	}
