@@ -32,6 +32,10 @@ type Router struct {
 	appr  *approvals.Service
 	rooms []config.Room
 	log   *slog.Logger
+
+	// OnInbound, if set, is told of every event Handle gets: its surface,
+	// kind, and whether it was dropped as a duplicate (metrics).
+	OnInbound func(surface string, kind chat.EventKind, duplicate bool)
 }
 
 // New returns a Router over rooms; decisions go through appr.
@@ -103,7 +107,11 @@ func (rt *Router) Handle(ctx context.Context, ev chat.Event) chat.Response {
 	default:
 		err = fmt.Errorf("unsupported event %q", ev.Kind)
 	}
-	if errors.Is(err, requests.ErrDuplicate) {
+	dup := errors.Is(err, requests.ErrDuplicate)
+	if rt.OnInbound != nil {
+		rt.OnInbound(ev.Surface, ev.Kind, dup)
+	}
+	if dup {
 		return chat.Response{} // a platform retry: already handled
 	}
 	if err != nil {
