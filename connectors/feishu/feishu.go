@@ -128,6 +128,12 @@ type Connector struct {
 	botMu    sync.Mutex
 	botID    string
 	botTried time.Time
+
+	// OnAPIError, if set, is told of every failed Open API send: Feishu's
+	// error code, http_<status>, or transport; a rate limit (HTTP 429,
+	// 99991400 and the per-chat limit codes) has rateLimited set instead
+	// (metrics). Set it before Run.
+	OnAPIError func(code string, rateLimited bool)
 }
 
 var _ chat.DirectMessenger = (*Connector)(nil)
@@ -314,9 +320,9 @@ func (c *Connector) Update(ctx context.Context, ref chat.MessageRef, m chat.Mess
 		resp, err := c.cli.Im.V1.Message.Patch(ctx, larkim.NewPatchMessageReqBuilder().MessageId(ref.ID).
 			Body(larkim.NewPatchMessageReqBodyBuilder().Content(content).Build()).Build())
 		if resp == nil {
-			return classify("update", nil, larkcore.CodeError{}, err)
+			return c.apiError("update", nil, larkcore.CodeError{}, err)
 		}
-		return classify("update", resp.ApiResp, resp.CodeError, err)
+		return c.apiError("update", resp.ApiResp, resp.CodeError, err)
 	})
 }
 
@@ -347,9 +353,9 @@ func (c *Connector) create(ctx context.Context, idType, receiveID, limitKey, msg
 		}
 		resp, err := c.cli.Im.V1.Message.Create(ctx, req)
 		if resp == nil {
-			return classify("send", nil, larkcore.CodeError{}, err)
+			return c.apiError("send", nil, larkcore.CodeError{}, err)
 		}
-		if err := classify("send", resp.ApiResp, resp.CodeError, err); err != nil {
+		if err := c.apiError("send", resp.ApiResp, resp.CodeError, err); err != nil {
 			return err
 		}
 		if resp.Data == nil || resp.Data.MessageId == nil {
@@ -377,9 +383,9 @@ func (c *Connector) reply(ctx context.Context, chatID, parent, msgType, content,
 		}
 		resp, err := c.cli.Im.V1.Message.Reply(ctx, req)
 		if resp == nil {
-			return classify("reply", nil, larkcore.CodeError{}, err)
+			return c.apiError("reply", nil, larkcore.CodeError{}, err)
 		}
-		if err := classify("reply", resp.ApiResp, resp.CodeError, err); err != nil {
+		if err := c.apiError("reply", resp.ApiResp, resp.CodeError, err); err != nil {
 			return err
 		}
 		if resp.Data == nil || resp.Data.MessageId == nil {
@@ -389,6 +395,26 @@ func (c *Connector) reply(ctx context.Context, chatID, parent, msgType, content,
 		return nil
 	})
 	return id, err
+}
+
+// apiError reports a failed call to OnAPIError and classifies its answer.
+func (c *Connector) apiError(op string, resp *larkcore.ApiResp, ce larkcore.CodeError, err error) error {
+	out := classify(op, resp, ce, err)
+	if out == nil || c.OnAPIError == nil || errors.Is(err, context.Canceled) {
+		return out
+	}
+	var ra *chat.RetryAfterError
+	switch {
+	case errors.As(out, &ra):
+		c.OnAPIError("", true)
+	case err != nil:
+		c.OnAPIError("transport", false)
+	case ce.Code != 0:
+		c.OnAPIError(strconv.Itoa(ce.Code), false)
+	default:
+		c.OnAPIError("http_"+strconv.Itoa(resp.StatusCode), false)
+	}
+	return out
 }
 
 // classify turns an Open API answer into the error the outbox acts on: nil,

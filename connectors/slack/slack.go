@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -147,6 +148,12 @@ type Connector struct {
 
 	dmMu sync.Mutex
 	dms  map[string]string // user ID → DM channel ID
+
+	// OnAPIError, if set, is told of every failed Web API call: Slack's
+	// error code (channel_not_found...), http_<status>, or transport; a
+	// rate limit (HTTP 429) has rateLimited set instead (metrics). Set it
+	// before Run.
+	OnAPIError func(code string, rateLimited bool)
 }
 
 var _ chat.DirectMessenger = (*Connector)(nil)
@@ -221,6 +228,7 @@ func (c *Connector) Run(ctx context.Context, h chat.Handler) error {
 func (c *Connector) whoAmI(ctx context.Context) error {
 	resp, err := c.api.AuthTestContext(ctx)
 	if err != nil {
+		c.report(err)
 		var se slackgo.SlackErrorResponse
 		if errors.As(err, &se) && slices.Contains(authErrors, se.Err) {
 			return fmt.Errorf("slack: auth.test: %w (check slack.bot_token)", err)
@@ -274,7 +282,7 @@ func (c *Connector) Update(ctx context.Context, ref chat.MessageRef, m chat.Mess
 			return err
 		}
 		_, _, _, err := c.api.UpdateMessageContext(ctx, ref.Channel, ref.ID, c.content(m, true)...)
-		return classify("chat.update", err)
+		return c.apiError("chat.update", err)
 	})
 }
 
@@ -301,7 +309,7 @@ func (c *Connector) dmChannel(ctx context.Context, user string) (string, error) 
 	}
 	channel, _, _, err := c.api.OpenConversationContext(ctx, &slackgo.OpenConversationParameters{Users: []string{user}})
 	if err != nil {
-		return "", classify("conversations.open", err)
+		return "", c.apiError("conversations.open", err)
 	}
 	c.dmMu.Lock()
 	c.dms[user] = channel.ID
@@ -315,7 +323,7 @@ func (c *Connector) post(ctx context.Context, channel string, opts ...slackgo.Ms
 	err := c.posts.Do(ctx, channel, func() error {
 		var err error
 		_, ts, err = c.api.PostMessageContext(ctx, channel, opts...)
-		return classify("chat.postMessage", err)
+		return c.apiError("chat.postMessage", err)
 	})
 	return ts, err
 }
@@ -345,6 +353,31 @@ var permanentErrors = []string{
 	"invalid_blocks", "invalid_blocks_format", "thread_not_found", "message_not_found",
 	"cant_update_message", "edit_window_closed", "user_not_found", "user_disabled",
 	"cannot_dm_bot", "users_list_not_supplied", "too_many_attachments", "invalid_arguments",
+}
+
+// apiError reports a failed call to OnAPIError and classifies its error.
+func (c *Connector) apiError(method string, err error) error {
+	c.report(err)
+	return classify(method, err)
+}
+
+// report tells OnAPIError the code of a failed call's error (nil: none).
+func (c *Connector) report(err error) {
+	if err != nil && c.OnAPIError != nil && !errors.Is(err, context.Canceled) {
+		var rl *slackgo.RateLimitedError
+		var se slackgo.SlackErrorResponse
+		var sc slackgo.StatusCodeError
+		switch {
+		case errors.As(err, &rl), errors.As(err, &sc) && sc.Code == http.StatusTooManyRequests:
+			c.OnAPIError("", true)
+		case errors.As(err, &se):
+			c.OnAPIError(se.Err, false)
+		case errors.As(err, &sc):
+			c.OnAPIError("http_"+strconv.Itoa(sc.Code), false)
+		default:
+			c.OnAPIError("transport", false)
+		}
+	}
 }
 
 // classify turns a Web API error into what the outbox understands: a
