@@ -3,13 +3,13 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -168,16 +168,20 @@ func Parse(b []byte) (*Config, error) {
 		return nil, errors.New("config: the file is empty")
 	}
 	doc := root.Content[0]
+	if doc.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("config: line %d: the file is not a mapping of keys (want lines like \"owner: acme\")", doc.Line)
+	}
 	if err := expandEnv(doc, ""); err != nil {
 		return nil, err
 	}
 	if err := checkKeys(doc, reflect.TypeFor[Config](), ""); err != nil {
 		return nil, err
 	}
+	// Decoded from the checked tree itself: a text marshalled from it
+	// would have other line numbers, and need not read back the same (an
+	// empty value in a flow mapping came back as "").
 	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(mustMarshal(doc)))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
+	if err := doc.Decode(&c); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	c.setDefaults()
@@ -185,14 +189,6 @@ func Parse(b []byte) (*Config, error) {
 		return nil, err
 	}
 	return &c, nil
-}
-
-func mustMarshal(n *yaml.Node) []byte {
-	b, err := yaml.Marshal(n)
-	if err != nil {
-		panic(err) // a node that was just parsed always marshals
-	}
-	return b
 }
 
 var envRE = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
@@ -238,16 +234,43 @@ func join(path, key string) string {
 }
 
 // checkKeys walks the YAML tree against the Go type and reports the first key
-// that the type does not have, by its full path.
+// that the type does not have, that is set twice, or whose value does not
+// decode into its type, by its full path (with the line of the file).
 func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
+	return (&keyChecker{}).check(n, t, path)
+}
+
+// keyChecker checks each anchored value once per type, so that aliases of
+// aliases cannot make the walk exponential.
+type keyChecker struct {
+	aliases map[aliasCheck]bool
+}
+
+type aliasCheck struct {
+	n *yaml.Node
+	t reflect.Type
+}
+
+func (kc *keyChecker) check(n *yaml.Node, t reflect.Type, path string) error {
+	if n.Kind == yaml.AliasNode {
+		k := aliasCheck{n.Alias, t}
+		if n.Alias == nil || kc.aliases[k] {
+			return nil
+		}
+		if kc.aliases == nil {
+			kc.aliases = map[aliasCheck]bool{}
+		}
+		kc.aliases[k] = true
+		return kc.check(n.Alias, t, path)
+	}
+	if n.ShortTag() == "!!null" {
+		return nil // a key left empty: the zero value
+	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	switch t.Kind() {
-	case reflect.Struct:
-		if t == reflect.TypeFor[time.Duration]() || n.Kind != yaml.MappingNode {
-			return nil
-		}
+	switch {
+	case t.Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
 		fields := map[string]reflect.Type{}
 		for i := 0; i < t.NumField(); i++ {
 			f := t.Field(i)
@@ -256,33 +279,51 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
 				fields[name] = f.Type
 			}
 		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := n.Content[i].Value
+		return kc.mapping(n, path, func(k string) (reflect.Type, bool) {
 			ft, ok := fields[k]
-			if !ok {
-				return keyErr(join(path, k), "unknown key (line %d)", n.Content[i].Line)
-			}
-			if err := checkKeys(n.Content[i+1], ft, join(path, k)); err != nil {
-				return err
-			}
-		}
-	case reflect.Map:
-		if n.Kind != yaml.MappingNode {
-			return nil
-		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if err := checkKeys(n.Content[i+1], t.Elem(), join(path, n.Content[i].Value)); err != nil {
-				return err
-			}
-		}
-	case reflect.Slice:
-		if n.Kind != yaml.SequenceNode {
-			return nil
-		}
+			return ft, ok
+		})
+	case t.Kind() == reflect.Map && n.Kind == yaml.MappingNode:
+		return kc.mapping(n, path, func(string) (reflect.Type, bool) { return t.Elem(), true })
+	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
 		for i, c := range n.Content {
-			if err := checkKeys(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+			if err := kc.check(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
 				return err
 			}
+		}
+		return nil
+	}
+	// A scalar, or a value of the wrong kind: it must decode into t.
+	if err := n.Decode(reflect.New(t).Interface()); err != nil {
+		var te *yaml.TypeError
+		if errors.As(err, &te) && len(te.Errors) > 0 {
+			return keyErr(path, "%s", te.Errors[0])
+		}
+		return keyErr(path, "line %d: %v", n.Line, err)
+	}
+	return nil
+}
+
+// mapping checks the keys of a mapping (field gives a key's type, or false
+// for an unknown key) and their values.
+func (kc *keyChecker) mapping(n *yaml.Node, path string, field func(string) (reflect.Type, bool)) error {
+	lines := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		kn := n.Content[i]
+		k := kn.Value
+		if kn.Kind != yaml.ScalarNode || k == "" {
+			return keyErr(join(path, strconv.Quote(k)), "line %d: a key must be a non-empty string", kn.Line)
+		}
+		ft, ok := field(k)
+		if !ok {
+			return keyErr(join(path, k), "unknown key (line %d)", kn.Line)
+		}
+		if first, dup := lines[k]; dup {
+			return keyErr(join(path, k), "set twice (lines %d and %d)", first, kn.Line)
+		}
+		lines[k] = kn.Line
+		if err := kc.check(n.Content[i+1], ft, join(path, k)); err != nil {
+			return err
 		}
 	}
 	return nil
