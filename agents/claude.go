@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -18,6 +21,16 @@ import (
 // end them (the safe points); the result event is the final answer or the
 // failure. Stdin is /dev/null; a cancel is SIGINT at the next safe point,
 // then SIGTERM and SIGKILL.
+//
+// A turn with MCP access (Turn.MCPURL) gets the bridge's agent tools: the
+// URL and the turn's token go in an MCP config file (mode 0600, in a
+// private temporary directory removed when the turn ends; the token is
+// never in argv), passed with --mcp-config. Unless the configured command
+// sets them itself, --permission-prompt-tool mcp__roombridge__approval_prompt
+// turns Claude Code's permission prompts into approvals of the room, and
+// --allowedTools mcp__roombridge lets it call the bridge's tools without
+// asking. A command that sets --allowedTools keeps its own list: add
+// mcp__roombridge to it, or each tool call becomes an approval.
 type Claude struct {
 	// Command is the CLI (default "claude") and extra flags after it, such
 	// as --model, --permission-mode or --allowedTools.
@@ -29,8 +42,18 @@ type Claude struct {
 	MaxLine     int
 }
 
-// Args is the command line of turn t.
-func (c *Claude) Args(t Turn) []string {
+// ApprovalPromptTool is the MCP tool of the bridge that answers Claude
+// Code's permission prompts (--permission-prompt-tool).
+const ApprovalPromptTool = "mcp__" + MCPServerName + "__approval_prompt"
+
+// mcpToolTimeout is MCP_TOOL_TIMEOUT (ms) for Claude Code when the bridge's
+// environment sets none: an approval waits for a person, up to the default
+// approval TTL (24 h); Claude's default would give up long before.
+const mcpToolTimeout = "86400000"
+
+// Args is the command line of turn t; mcpConfig is the path of its MCP
+// config file ("" for a turn without MCP access).
+func (c *Claude) Args(t Turn, mcpConfig string) []string {
 	bin, extra := splitCommand(c.Command, "claude")
 	args := []string{bin, "-p", Prompt(t), "--output-format", "stream-json", "--verbose"}
 	if t.Session != "" {
@@ -38,14 +61,77 @@ func (c *Claude) Args(t Turn) []string {
 		// with a dash would otherwise be read as a flag.
 		args = append(args, "--resume="+t.Session)
 	}
+	if mcpConfig != "" {
+		args = append(args, "--mcp-config", mcpConfig)
+		if !hasFlag(extra, "--permission-prompt-tool") {
+			args = append(args, "--permission-prompt-tool", ApprovalPromptTool)
+		}
+		if !hasFlag(extra, "--allowedTools", "--allowed-tools") {
+			args = append(args, "--allowedTools", "mcp__"+MCPServerName)
+		}
+	}
 	return append(args, extra...)
 }
 
 // Run implements Runtime.
 func (c *Claude) Run(ctx context.Context, t Turn, sink Sink) (Outcome, error) {
-	p := &process{argv: c.Args(t), dir: c.Workdir, env: c.Env, grace: c.Grace, timeout: c.TurnTimeout,
+	config, env := "", c.Env
+	if t.MCPURL != "" && t.MCPToken != "" {
+		dir, err := os.MkdirTemp("", "roombridge-mcp-")
+		if err != nil {
+			return Outcome{}, fmt.Errorf("mcp config: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		config = filepath.Join(dir, "mcp.json")
+		if err := writeMCPConfig(config, t.MCPURL, t.MCPToken); err != nil {
+			return Outcome{}, fmt.Errorf("mcp config: %w", err)
+		}
+		if os.Getenv("MCP_TOOL_TIMEOUT") == "" {
+			env = slices.Concat([]string{"MCP_TOOL_TIMEOUT=" + mcpToolTimeout}, c.Env)
+		}
+	}
+	p := &process{argv: c.Args(t, config), dir: c.Workdir, env: env, grace: c.Grace, timeout: c.TurnTimeout,
 		maxLine: c.MaxLine, dec: &claudeDecoder{session: t.Session}}
-	return p.run(ctx, t, sink)
+	out, err := p.run(ctx, t, sink)
+	out.YieldIfWaiting = true // Claude Code cannot yield: a final answer may be one
+	return out, err
+}
+
+// writeMCPConfig writes Claude Code's MCP config naming the bridge's server
+// with the turn's token, readable by the bridge's user only.
+func writeMCPConfig(path, url, token string) error {
+	type server struct {
+		Type    string            `json:"type"`
+		URL     string            `json:"url"`
+		Headers map[string]string `json:"headers"`
+	}
+	b, err := json.Marshal(map[string]map[string]server{"mcpServers": {MCPServerName: {
+		Type: "http", URL: url, Headers: map[string]string{"Authorization": "Bearer " + token}}}})
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// hasFlag reports whether args set one of the flags (as "--flag value" or
+// "--flag=value").
+func hasFlag(args []string, flags ...string) bool {
+	for _, a := range args {
+		for _, f := range flags {
+			if a == f || strings.HasPrefix(a, f+"=") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // claudeLine is the part of a stream-json line the adapter reads.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -22,6 +23,11 @@ import (
 // cancel is SIGINT at the next safe point, then SIGTERM and SIGKILL. Codex
 // exec never asks for approvals: its sandbox is chosen before the turn, by
 // the extra flags (e.g. --sandbox workspace-write).
+//
+// A turn with MCP access (Turn.MCPURL) gets the bridge's agent tools as the
+// MCP server "roombridge", configured with -c overrides: its URL, and
+// bearer_token_env_var naming ROOMBRIDGE_MCP_TOKEN, which is set in the
+// process's environment only (argv is visible to every user of the host).
 type Codex struct {
 	// Command is the CLI (default "codex") and extra flags for exec.
 	Command     []string
@@ -38,6 +44,14 @@ func (c *Codex) Args(t Turn) []string {
 	// The bridge picks the working directory, which need not be a git
 	// repository.
 	args := append([]string{bin, "exec", "--json", "--skip-git-repo-check"}, extra...)
+	if t.MCPURL != "" && t.MCPToken != "" {
+		server := "mcp_servers." + MCPServerName + "."
+		args = append(args,
+			"-c", server+"url="+tomlString(t.MCPURL),
+			"-c", server+"bearer_token_env_var="+tomlString(EnvMCPToken),
+			// An approval waits for a person (codex's default is 60 s).
+			"-c", server+"tool_timeout_sec=86400")
+	}
 	if t.Session != "" {
 		args = append(args, "resume", t.Session)
 	}
@@ -46,9 +60,17 @@ func (c *Codex) Args(t Turn) []string {
 
 // Run implements Runtime.
 func (c *Codex) Run(ctx context.Context, t Turn, sink Sink) (Outcome, error) {
-	p := &process{argv: c.Args(t), dir: c.Workdir, env: c.Env, grace: c.Grace, timeout: c.TurnTimeout,
+	p := &process{argv: c.Args(t), dir: c.Workdir, env: slices.Concat(c.Env, mcpEnv(t)), grace: c.Grace, timeout: c.TurnTimeout,
 		maxLine: c.MaxLine, dec: &codexDecoder{session: t.Session}}
-	return p.run(ctx, t, sink)
+	out, err := p.run(ctx, t, sink)
+	out.YieldIfWaiting = true // codex cannot yield: a final answer may be one
+	return out, err
+}
+
+// tomlString quotes s as a TOML basic string (codex parses -c values as
+// TOML).
+func tomlString(s string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
 }
 
 type codexLine struct {

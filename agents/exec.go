@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 )
 
 // Exec runs an agent process per turn, speaking the JSON-lines exec protocol
-// (docs/agent-protocol.md).
+// (docs/agent-protocol.md). A turn with MCP access also has it in the
+// process's environment (ROOMBRIDGE_MCP_URL, ROOMBRIDGE_MCP_TOKEN): the agent
+// may call the same tools over MCP instead of the stdio calls.
 type Exec struct {
 	Command []string
 	Workdir string
@@ -24,7 +27,7 @@ type Exec struct {
 // Run implements Runtime.
 func (x *Exec) Run(ctx context.Context, t Turn, sink Sink) (Outcome, error) {
 	p := &process{
-		argv: x.Command, dir: x.Workdir, env: x.Env, grace: x.Grace, timeout: x.TurnTimeout, maxLine: x.MaxLine,
+		argv: x.Command, dir: x.Workdir, env: slices.Concat(x.Env, mcpEnv(t)), grace: x.Grace, timeout: x.TurnTimeout, maxLine: x.MaxLine,
 		turn: TurnMessage{Type: MsgTurn, RequestID: t.RequestID, Agent: t.Agent, Session: t.Session, Resumed: t.Resumed, Input: t.Input},
 		dec:  execDecoder{},
 	}
@@ -43,3 +46,12 @@ func (execDecoder) decode(line []byte) ([]Event, error) {
 }
 
 func (execDecoder) partial() string { return "" }
+
+// mcpEnv is the environment that hands a turn's MCP access to the agent
+// process (none without it).
+func mcpEnv(t Turn) []string {
+	if t.MCPURL == "" || t.MCPToken == "" {
+		return nil
+	}
+	return []string{EnvMCPURL + "=" + t.MCPURL, EnvMCPToken + "=" + t.MCPToken}
+}

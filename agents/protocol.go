@@ -41,7 +41,7 @@ const (
 	MsgTurn = "turn"
 	// MsgCancel asks the agent to stop at its next safe point.
 	MsgCancel = "cancel"
-	// MsgResponse answers a call (ask_agent, background_run,
+	// MsgResponse answers a call (ask_agent, background_run, task_status,
 	// request_approval) by its id.
 	MsgResponse = "response"
 )
@@ -80,8 +80,10 @@ type Response struct {
 	Error string `json:"error,omitempty"`
 	// RequestID is the request ask_agent created.
 	RequestID string `json:"request_id,omitempty"`
-	// TaskID is the task background_run started.
+	// TaskID is the task background_run started (or task_status read).
 	TaskID string `json:"task_id,omitempty"`
+	// Task is the task task_status read.
+	Task *TaskInfo `json:"task,omitempty"`
 	// Approval is the approval request_approval opened (R…-07.1).
 	Approval string `json:"approval,omitempty"`
 }
@@ -95,6 +97,7 @@ const (
 	EventAskAgent        = "ask_agent"        // {"type":"ask_agent","id":"c1","agent":"reviewer","text":"..."}
 	EventBackgroundRun   = "background_run"   // {"type":"background_run","id":"c2","name":"tests","command":["go","test","./..."]}
 	EventRequestApproval = "request_approval" // {"type":"request_approval","id":"c3","action":"..."}
+	EventTaskStatus      = "task_status"      // {"type":"task_status","id":"c4","task_id":"T-3"}
 	EventFinal           = "final"            // {"type":"final","text":"..."}
 	EventYield           = "yield"            // {"type":"yield","reason":"..."}
 	EventStopped         = "stopped"          // {"type":"stopped","text":"done so far"} after a cancel
@@ -111,7 +114,8 @@ const (
 type Event struct {
 	Type string `json:"type"`
 	// ID is the session ID (session) or the call's ID (ask_agent,
-	// background_run, request_approval), echoed in the response.
+	// background_run, task_status, request_approval), echoed in the
+	// response.
 	ID      string `json:"id,omitempty"`
 	Phase   string `json:"phase,omitempty"`
 	Name    string `json:"name,omitempty"`
@@ -125,4 +129,19 @@ type Event struct {
 	Command []string `json:"command,omitempty"`
 	// Action is what request_approval asks permission for.
 	Action string `json:"action,omitempty"`
+	// TaskID is the task task_status asks about.
+	TaskID string `json:"task_id,omitempty"`
 }
+
+// The environment of an agent process whose turn has the agent tools over
+// MCP (Turn.MCPURL, Turn.MCPToken): exec agents get both, codex gets both
+// (it reads the token through bearer_token_env_var); claude gets the token
+// in its MCP config file instead.
+const (
+	EnvMCPURL   = "ROOMBRIDGE_MCP_URL"
+	EnvMCPToken = "ROOMBRIDGE_MCP_TOKEN"
+)
+
+// MCPServerName is the name of the bridge's MCP server in the CLIs' MCP
+// configuration: Claude Code calls its tools mcp__roombridge__<tool>.
+const MCPServerName = "roombridge"

@@ -30,6 +30,13 @@ type Turn struct {
 	// and returns an error wrapping ErrInterrupted; the request stays
 	// running, to be resumed by the next start. Nil: never.
 	Drain <-chan struct{}
+	// MCPURL and MCPToken give the agent the bridge's agent tools over MCP
+	// for this turn: the URL of the bridge's /mcp endpoint and a bearer
+	// token bound to this request, revoked when the turn ends. Both are
+	// empty when the scheduler has no ToolIssuer (or issuing failed). The
+	// token is a secret: never put it in argv or a log.
+	MCPURL   string
+	MCPToken string
 }
 
 // ErrInterrupted: the turn was cut short by a shutdown (Turn.Drain, or the
@@ -50,8 +57,8 @@ type Sink interface {
 	// Message posts text to the request's thread.
 	Message(ctx context.Context, text string) error
 	// Call carries out a call of the agent (ask_agent, background_run,
-	// request_approval) and returns the response to write back. It returns
-	// when ctx ends, at the latest.
+	// task_status, request_approval; see Scheduler.Call) and returns the
+	// response to write back. It returns when ctx ends, at the latest.
 	Call(ctx context.Context, ev Event) Response
 }
 
@@ -65,6 +72,14 @@ type Outcome struct {
 	Reason string
 	// Stopped: the agent stopped after a cancel; Final holds what was done.
 	Stopped bool
+	// YieldIfWaiting is set by runtimes whose agents cannot yield (claude,
+	// codex: they call ask_agent and background_run over MCP and then end
+	// their turn with an answer). Their final answer is a yield when the
+	// request waits on what it started (an open rendezvous or background
+	// task, or its result that arrived during the turn): the text is posted
+	// in the thread and the request stays running. Otherwise it is the
+	// answer.
+	YieldIfWaiting bool
 }
 
 // Runtime runs one turn of an agent. A returned error means the turn failed;
@@ -83,6 +98,28 @@ type Approver interface {
 }
 
 var _ Approver = (*approvals.Service)(nil)
+
+// ToolIssuer issues the per-turn token of the agent tools over MCP: the
+// scheduler issues one before each turn (Turn.MCPToken) and calls revoke as
+// soon as the turn ends, however it ends. *mcptools.Server implements it.
+type ToolIssuer interface {
+	Issue(ctx context.Context, requestID requests.ID) (token string, revoke func(), err error)
+}
+
+// TaskInfo is what task_status tells an agent of a background task.
+type TaskInfo struct {
+	ID     string `json:"id"`
+	Name   string `json:"name,omitempty"`
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
+	Output string `json:"output,omitempty"`
+}
+
+// TaskReader answers task_status: task taskID, if request from started it
+// (a task of another request is unknown to it).
+type TaskReader interface {
+	TaskStatus(ctx context.Context, from requests.ID, taskID string) (TaskInfo, error)
+}
 
 // BackgroundRun is what an agent's background_run asks for: a command, or a
 // run of another agent, that reports back to the request that started it.

@@ -54,6 +54,15 @@ type Scheduler struct {
 	// yield waits on. Nil: those calls are answered "delegation is not
 	// available" and a yield fails the request.
 	Delegator Delegator
+	// Tasks answers task_status (nil: the Delegator, if it is a
+	// TaskReader; else task_status is answered "delegation is not
+	// available").
+	Tasks TaskReader
+	// Tools issues each turn's token of the agent tools over MCP, served
+	// at MCPURL (the bridge's /mcp endpoint). Either unset: turns get no
+	// MCP access (Turn.MCPURL and Turn.MCPToken stay empty).
+	Tools  ToolIssuer
+	MCPURL string
 }
 
 // NewScheduler returns a scheduler for agents. Set Approver and Delegator
@@ -240,10 +249,13 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 	}
 	cancelCh, stopWatch := s.watchCancel(ctx, r)
 	defer stopWatch()
-	out, err := a.Runtime.Run(ctx, Turn{
+	turn := Turn{
 		RequestID: r.ID.String(), Agent: a.Name, Session: r.Session, Resumed: resumed,
 		Input: input, Cancel: cancelCh, Drain: s.drain,
-	}, &sink{s: s, id: r.ID, cancel: cancelCh})
+	}
+	revoke := s.issueTools(ctx, log, r.ID, &turn)
+	out, err := a.Runtime.Run(ctx, turn, &sink{s: s, id: r.ID, cancel: cancelCh})
+	revoke() // the turn is over, however it ended: its token dies now
 	if errors.Is(err, ErrInterrupted) || (ctx.Err() != nil && (err != nil || out.Stopped)) {
 		log.InfoContext(ctx, "turn interrupted by shutdown; will resume")
 		return nil
@@ -258,6 +270,8 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 		return s.end(ctx, r.ID, requests.Cancel, "", out.Final, j.inbox)
 	case out.Yielded:
 		return s.yield(ctx, r, out.Reason, j.inbox)
+	case out.YieldIfWaiting:
+		return s.finalOrWait(ctx, r, out.Final, j.inbox)
 	default:
 		return s.end(ctx, r.ID, requests.Finish, "", out.Final, j.inbox)
 	}
@@ -271,19 +285,42 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 // first: whatever ends after it answered "nothing" has already put its
 // result in the inbox, which the parking transaction then sees.
 func (s *Scheduler) yield(ctx context.Context, r *requests.Request, reason string, got []inboxItem) error {
-	waiting, err := false, error(nil)
-	if s.Delegator != nil {
-		waiting, err = s.Delegator.Waiting(ctx, r.ID)
-	}
+	waiting, err := s.waiting(ctx, r.ID)
 	if err != nil {
 		return s.end(ctx, r.ID, requests.Fail, "the agent yielded: "+err.Error(), "", got)
 	}
+	parked, err := s.park(ctx, r, waiting, reason, "", got, func(Input) bool { return true })
+	switch {
+	case err != nil || parked:
+		return err
+	case s.Delegator == nil:
+		return s.end(ctx, r.ID, requests.Fail, "the agent yielded, but delegation is not available", "", got)
+	default:
+		return s.end(ctx, r.ID, requests.Fail, "the agent yielded, but it waits on nothing", "", got)
+	}
+}
+
+// waiting asks the delegator whether request id waits on a rendezvous or
+// task (false without a delegator).
+func (s *Scheduler) waiting(ctx context.Context, id requests.ID) (bool, error) {
+	if s.Delegator == nil {
+		return false, nil
+	}
+	return s.Delegator.Waiting(ctx, id)
+}
+
+// park parks request r, whose turn ended waiting, if it waits on
+// something: waiting (the delegator's word), or input that arrived in its
+// inbox after the turn began and that counts. text, when not empty, is
+// posted in the thread (a CLI agent's final answer that is not its answer),
+// in the same transaction. It reports whether it parked.
+func (s *Scheduler) park(ctx context.Context, r *requests.Request, waiting bool, reason, text string, got []inboxItem, counts func(Input) bool) (bool, error) {
 	acked := map[string]bool{}
 	for _, it := range got {
 		acked[it.key] = true
 	}
 	parked := false
-	err = s.svc.Store().Update(ctx, func(tx store.Tx) error {
+	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
 		parked = waiting
 		if !parked {
 			items, err := inboxTx(tx, r)
@@ -291,7 +328,7 @@ func (s *Scheduler) yield(ctx context.Context, r *requests.Request, reason strin
 				return err
 			}
 			for _, it := range items {
-				parked = parked || !acked[it.key]
+				parked = parked || (!acked[it.key] && counts(it.in))
 			}
 		}
 		if !parked {
@@ -305,22 +342,18 @@ func (s *Scheduler) yield(ctx context.Context, r *requests.Request, reason strin
 				return err
 			}
 		}
-		_, err := s.svc.UpdateTx(tx, r.ID, actor, "yield", reason, func(r *requests.Request) {
+		after, err := s.svc.UpdateTx(tx, r.ID, actor, "yield", reason, func(r *requests.Request) {
 			r.Activity = "waiting"
 			if reason != "" {
 				r.Activity += ": " + reason
 			}
 		})
-		return err
+		if err != nil || text == "" {
+			return err
+		}
+		return s.threads.Reply(tx, after, chat.Message{Kind: "reply", Text: text})
 	})
-	switch {
-	case err != nil || parked:
-		return err
-	case s.Delegator == nil:
-		return s.end(ctx, r.ID, requests.Fail, "the agent yielded, but delegation is not available", "", got)
-	default:
-		return s.end(ctx, r.ID, requests.Fail, "the agent yielded, but it waits on nothing", "", got)
-	}
+	return parked, err
 }
 
 // end applies the terminal event and, in the same transaction, acknowledges
@@ -482,11 +515,15 @@ func (k *sink) Tool(ctx context.Context, phase, name string) error {
 	})
 }
 
+// Progress records a progress report through the same code as the MCP
+// tool report_progress (Scheduler.Call); for an exec agent a refused report
+// is a protocol error that fails the turn.
 func (k *sink) Progress(ctx context.Context, percent int, text string) error {
-	if percent < 0 || percent > 100 {
-		return fmt.Errorf("%w: progress %d is outside 0-100", ErrProtocol, percent)
+	refusal, err := k.s.progress(ctx, k.id, percent, text)
+	if err == nil && refusal != "" {
+		err = fmt.Errorf("%w: %s", ErrProtocol, refusal)
 	}
-	return k.update(ctx, "", "", func(r *requests.Request) { r.Progress, r.Activity = percent, text })
+	return err
 }
 
 func (k *sink) Message(ctx context.Context, text string) error {
@@ -499,68 +536,16 @@ func (k *sink) Message(ctx context.Context, text string) error {
 	})
 }
 
-// Call serves an agent's call through the scheduler's Approver and
-// Delegator. A call nobody can serve is answered so, and audited. If the
-// request's cancel was asked meanwhile, the answer waits until the turn
-// knows of the cancel, so that the agent hears of the cancel first.
+// Call serves an agent's call through Scheduler.Call. If the request's
+// cancel was asked meanwhile, the answer waits until the turn knows of the
+// cancel, so that the agent hears of the cancel first.
 func (k *sink) Call(ctx context.Context, ev Event) Response {
-	resp := k.call(ctx, ev)
+	resp := k.s.Call(ctx, k.id, ev)
 	if r, err := k.s.svc.Get(ctx, k.id); err == nil && r.CancelRequested {
 		select {
 		case <-k.cancel:
 		case <-ctx.Done():
 		}
-	}
-	return resp
-}
-
-func (k *sink) call(ctx context.Context, ev Event) Response {
-	s := k.s
-	switch ev.Type {
-	case EventRequestApproval:
-		if s.Approver == nil {
-			return k.refuse(ctx, ev, Response{Text: "not approved: no approver configured"})
-		}
-		d, err := s.Approver.RequestApproval(ctx, k.id.String(), ev.Action)
-		if err != nil {
-			return Response{Text: "not approved: " + err.Error(), Error: err.Error()}
-		}
-		return Response{OK: d.Approved(), Text: d.Answer(), Approval: d.Approval}
-	case EventAskAgent:
-		if s.Delegator == nil {
-			return k.refuse(ctx, ev, Response{Error: "delegation is not available"})
-		}
-		id, err := s.Delegator.AskAgent(ctx, k.id, ev.Agent, ev.Text)
-		if err != nil {
-			return Response{Error: err.Error()}
-		}
-		return Response{OK: true, RequestID: id.String()}
-	case EventBackgroundRun:
-		if s.Delegator == nil {
-			return k.refuse(ctx, ev, Response{Error: "delegation is not available"})
-		}
-		task, err := s.Delegator.BackgroundRun(ctx, k.id, BackgroundRun{Name: ev.Name, Command: ev.Command, Agent: ev.Agent, Text: ev.Text})
-		if err != nil {
-			return Response{Error: err.Error()}
-		}
-		return Response{OK: true, TaskID: task}
-	}
-	return Response{Error: "unknown call " + ev.Type}
-}
-
-// refuse audits a call that nobody can serve and returns its answer.
-func (k *sink) refuse(ctx context.Context, ev Event, resp Response) Response {
-	err := k.s.svc.Store().Update(ctx, func(tx store.Tx) error {
-		r, err := k.s.svc.GetTx(tx, k.id)
-		if err != nil {
-			return err
-		}
-		return audit.Append(tx, audit.Record{Time: k.s.svc.Clock().Now().UTC(), RequestID: k.id.String(),
-			Actor: "agent:" + r.Agent, Action: "call_refused", From: r.State.String(), To: r.State.String(),
-			Detail: ev.Type + ": " + firstNonEmpty(resp.Error, resp.Text)})
-	})
-	if err != nil && ctx.Err() == nil {
-		k.s.log.WarnContext(ctx, "auditing a refused call", "request_id", k.id.String(), "error", err)
 	}
 	return resp
 }
