@@ -9,7 +9,6 @@ import (
 	"github.com/roombridge/roombridge/audit"
 )
 
-
 // TestTail: Tail reads each appended record once, whatever its time: records
 // appended before the cursor are never read, a record whose time is far
 // before the others (a clock that went back) is found, and a pruned record
