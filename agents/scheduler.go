@@ -63,6 +63,10 @@ type Scheduler struct {
 	// MCP access (Turn.MCPURL and Turn.MCPToken stay empty).
 	Tools  ToolIssuer
 	MCPURL string
+	// OnTurn, if set, is told how each turn ended (TurnFinal, TurnYielded,
+	// TurnFailed, TurnStopped, TurnInterrupted) and how long it took
+	// (metrics).
+	OnTurn func(agent, outcome string, took time.Duration)
 }
 
 // NewScheduler returns a scheduler for agents. Set Approver and Delegator
@@ -254,9 +258,14 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 		Input: input, Cancel: cancelCh, Drain: s.drain,
 	}
 	revoke := s.issueTools(ctx, log, r.ID, &turn)
+	began := time.Now()
 	out, err := a.Runtime.Run(ctx, turn, &sink{s: s, id: r.ID, cancel: cancelCh})
 	revoke() // the turn is over, however it ended: its token dies now
-	if errors.Is(err, ErrInterrupted) || (ctx.Err() != nil && (err != nil || out.Stopped)) {
+	outcome := turnOutcome(ctx, out, err)
+	if s.OnTurn != nil {
+		s.OnTurn(a.Name, outcome, time.Since(began))
+	}
+	if outcome == TurnInterrupted {
 		log.InfoContext(ctx, "turn interrupted by shutdown; will resume")
 		return nil
 	}

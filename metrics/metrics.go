@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/requests"
@@ -39,7 +40,7 @@ const namespace = "roombridge"
 
 // Turn outcomes (the outcome label of roombridge_agent_turns_total), as the
 // agents scheduler reports them.
-var turnOutcomes = []string{"final", "yielded", "failed", "stopped", "interrupted"}
+var turnOutcomes = []string{agents.TurnFinal, agents.TurnYielded, agents.TurnFailed, agents.TurnStopped, agents.TurnInterrupted}
 
 // Options configure Metrics.
 type Options struct {
