@@ -165,8 +165,13 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 
 	api := httpapi.New(httpapi.Options{Service: svc, Router: router, Token: token, Log: log, Ready: be.ready, Tasks: del})
 	// Agent tools over MCP, each call bound by its per-turn token to one
-	// request (tokens come from tools.Issue; see delegation/mcptools).
-	tools := mcptools.New(mcptools.Options{Requests: svc, Delegator: del, Approver: appr, Log: log})
+	// request: the scheduler issues a token for each turn (sched.Tools) and
+	// hands it to the agent with the URL (set below, once the address is
+	// known); each call goes through the scheduler's dispatcher, as the exec
+	// protocol's calls do.
+	sched.Tasks = mcptools.Tasks{Requests: svc, Delegation: del} // task_status
+	tools := mcptools.New(mcptools.Options{Requests: svc, Calls: sched, Log: log})
+	sched.Tools = tools
 	api.Mount("/mcp", tools)
 	for _, c := range conns {
 		if w, ok := c.(webhooks); ok {
@@ -180,6 +185,7 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 		return fmt.Errorf("http.addr: %w", err)
 	}
 	addr := ln.Addr().String()
+	sched.MCPURL = mcptools.URL(addr)
 	if err := os.WriteFile(filepath.Join(cfg.DataDir, addrFile), []byte(addr+"\n"), 0o600); err != nil {
 		return fmt.Errorf("data_dir: %w", err)
 	}

@@ -1,9 +1,15 @@
 // Package mcptools serves the agent tools (ask_agent, background_run,
 // task_status, request_approval, report_progress; DESIGN §3) over MCP at
-// /mcp, with the go-sdk's streamable HTTP transport. Every HTTP request must
-// carry a per-turn token (Authorization: Bearer <token>) issued by
-// Server.Issue for one request; each tool call acts on the request its
-// token is bound to, and on no other.
+// /mcp, with the go-sdk's streamable HTTP transport, plus approval_prompt,
+// which answers Claude Code's permission prompts with approvals of the
+// room. Every HTTP request must carry a per-turn token (Authorization:
+// Bearer <token>) issued by Server.Issue for one request; each tool call
+// acts on the request its token is bound to, and on no other.
+//
+// The tools are a transport only: each call is mapped to an agents.Event
+// and carried out by the scheduler's dispatcher (agents.Scheduler.Call),
+// the one that serves the exec protocol's calls too, so both transports
+// offer the same tools with the same checks, refusals and audit records.
 package mcptools
 
 import (
@@ -15,14 +21,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/roombridge/roombridge/agents"
-	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/delegation"
 	"github.com/roombridge/roombridge/requests"
@@ -33,38 +40,27 @@ import (
 // the request it is bound to. A token is deleted when its turn ends.
 const BucketTokens = "mcp_tokens"
 
-// Delegator is what the tools need of the delegation service.
-type Delegator interface {
-	AskAgent(ctx context.Context, from requests.ID, agent, text string) (requests.ID, error)
-	BackgroundRun(ctx context.Context, from requests.ID, run agents.BackgroundRun) (string, error)
-	Tasks(ctx context.Context, owner string) ([]delegation.Task, error)
+// Caller carries out an agent's tool call for request id: the dispatcher
+// the exec protocol uses too. *agents.Scheduler implements it (it need not
+// be running: only the leader runs turns, but any instance may serve /mcp).
+type Caller interface {
+	Call(ctx context.Context, id requests.ID, ev agents.Event) agents.Response
 }
 
-// Approver is what request_approval needs of the approvals service.
-type Approver interface {
-	RequestApproval(ctx context.Context, requestID, action string) (approvals.Decision, error)
-}
+var _ Caller = (*agents.Scheduler)(nil)
 
-var (
-	_ Delegator = (*delegation.Service)(nil)
-	_ Approver  = (*approvals.Service)(nil)
-)
-
-// Options configure a Server. Requests and Delegator are required;
-// without Approver, request_approval answers "not approved".
+// Options configure a Server. Both Requests and Calls are required.
 type Options struct {
-	Requests  *requests.Service
-	Delegator Delegator
-	Approver  Approver
-	Log       *slog.Logger
+	Requests *requests.Service
+	Calls    Caller
+	Log      *slog.Logger
 }
 
 // Server issues per-turn tokens and serves the tools. It is an
 // http.Handler (mount it at /mcp).
 type Server struct {
 	svc   *requests.Service
-	del   Delegator
-	appr  Approver
+	calls Caller
 	log   *slog.Logger
 	mcp   *mcp.Server
 	inner http.Handler
@@ -79,9 +75,11 @@ type tokenRecord struct {
 // ErrUnauthorized: the HTTP request carries no token or an unknown one.
 var ErrUnauthorized = errors.New("mcptools: missing or unknown per-turn token (Authorization: Bearer <token>)")
 
-// New returns a Server with the five tools registered.
+var _ agents.ToolIssuer = (*Server)(nil)
+
+// New returns a Server with the tools registered.
 func New(o Options) *Server {
-	s := &Server{svc: o.Requests, del: o.Delegator, appr: o.Approver, log: o.Log}
+	s := &Server{svc: o.Requests, calls: o.Calls, log: o.Log}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -253,6 +251,7 @@ type RequestApprovalIn struct {
 type RequestApprovalOut struct {
 	Approved bool   `json:"approved"`
 	Answer   string `json:"answer"`
+	Approval string `json:"approval,omitempty" jsonschema:"the approval opened (people decide it by this ID)"`
 }
 
 // ReportProgressIn is report_progress's input.
@@ -266,119 +265,175 @@ type ReportProgressOut struct {
 	OK bool `json:"ok"`
 }
 
+// ApprovalPromptIn is what Claude Code sends its --permission-prompt-tool.
+type ApprovalPromptIn struct {
+	ToolName  string         `json:"tool_name" jsonschema:"the tool that asks for permission"`
+	Input     map[string]any `json:"input,omitempty" jsonschema:"the tool's input"`
+	ToolUseID string         `json:"tool_use_id,omitempty"`
+}
+
+// ApprovalPromptAnswer is approval_prompt's answer, as JSON in a text
+// content (what Claude Code reads): {"behavior":"allow","updatedInput":…}
+// or {"behavior":"deny","message":"…"}.
+type ApprovalPromptAnswer struct {
+	Behavior     string         `json:"behavior"`
+	UpdatedInput map[string]any `json:"updatedInput,omitempty"`
+	Message      string         `json:"message,omitempty"`
+}
+
+// maxAction bounds the input shown in an approval_prompt's approval.
+const maxAction = 1000
+
+// call carries out ev for the request the call's token is bound to.
+func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, ev agents.Event) (agents.Response, error) {
+	id, err := s.caller(ctx, req)
+	if err != nil {
+		return agents.Response{}, err
+	}
+	return s.calls.Call(ctx, id, ev), nil
+}
+
+// do is call for the tools whose failed call is a tool error.
+func (s *Server) do(ctx context.Context, req *mcp.CallToolRequest, ev agents.Event) (agents.Response, error) {
+	resp, err := s.call(ctx, req, ev)
+	if err == nil && resp.Error != "" {
+		err = errors.New(resp.Error)
+	}
+	return resp, err
+}
+
 func (s *Server) addTools() {
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "ask_agent", Description: "Ask another agent of the room; its answer comes back in a later turn. End your turn after asking."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in AskAgentIn) (*mcp.CallToolResult, AskAgentOut, error) {
-			id, err := s.caller(ctx, req)
-			if err != nil {
-				return nil, AskAgentOut{}, err
-			}
-			rb, err := s.del.AskAgent(ctx, id, in.Agent, in.Text)
-			if err != nil {
-				return nil, AskAgentOut{}, err
-			}
-			return nil, AskAgentOut{RequestID: rb.String()}, nil
+			resp, err := s.do(ctx, req, agents.Event{Type: agents.EventAskAgent, Agent: in.Agent, Text: in.Text})
+			return nil, AskAgentOut{RequestID: resp.RequestID}, err
 		})
-	mcp.AddTool(s.mcp, &mcp.Tool{Name: "background_run", Description: "Start a background command; returns a task ID at once. Its result wakes you in a later turn."},
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "background_run", Description: "Start a background command; returns a task ID at once. Its result wakes you in a later turn: end your turn when you have nothing else to do."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in BackgroundRunIn) (*mcp.CallToolResult, BackgroundRunOut, error) {
-			id, err := s.caller(ctx, req)
-			if err != nil {
-				return nil, BackgroundRunOut{}, err
-			}
-			task, err := s.del.BackgroundRun(ctx, id, agents.BackgroundRun{Name: in.Name, Command: in.Command})
-			if err != nil {
-				return nil, BackgroundRunOut{}, err
-			}
-			return nil, BackgroundRunOut{TaskID: task}, nil
+			resp, err := s.do(ctx, req, agents.Event{Type: agents.EventBackgroundRun, Name: in.Name, Command: in.Command})
+			return nil, BackgroundRunOut{TaskID: resp.TaskID}, err
 		})
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "task_status", Description: "The state of a background task started by this request."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in TaskStatusIn) (*mcp.CallToolResult, TaskStatusOut, error) {
-			id, err := s.caller(ctx, req)
-			if err != nil {
+			resp, err := s.do(ctx, req, agents.Event{Type: agents.EventTaskStatus, TaskID: in.TaskID})
+			if err != nil || resp.Task == nil {
 				return nil, TaskStatusOut{}, err
 			}
-			t, err := s.taskOf(ctx, id, in.TaskID)
-			if err != nil {
-				return nil, TaskStatusOut{}, err
-			}
+			t := resp.Task
 			return nil, TaskStatusOut{TaskID: t.ID, Name: t.Name, State: t.State, Reason: t.Reason, Output: t.Output}, nil
 		})
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "request_approval", Description: "Ask the people of the room to approve an action; blocks until they decide or the approval expires."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in RequestApprovalIn) (*mcp.CallToolResult, RequestApprovalOut, error) {
-			id, err := s.caller(ctx, req)
-			if err != nil {
-				return nil, RequestApprovalOut{}, err
-			}
-			if s.appr == nil {
-				return nil, RequestApprovalOut{Answer: "not approved: no approver configured"}, nil
-			}
-			d, err := s.appr.RequestApproval(ctx, id.String(), in.Action)
-			if err != nil {
-				return nil, RequestApprovalOut{}, err
-			}
-			return nil, RequestApprovalOut{Approved: d.Approved(), Answer: d.Answer()}, nil
+			// Not approved, for whatever reason, is an answer, not an error.
+			resp, err := s.call(ctx, req, agents.Event{Type: agents.EventRequestApproval, Action: in.Action})
+			return nil, RequestApprovalOut{Approved: resp.OK, Answer: resp.Text, Approval: resp.Approval}, err
 		})
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "report_progress", Description: "Report progress (0-100) and what you are doing; shown in the request's thread status."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in ReportProgressIn) (*mcp.CallToolResult, ReportProgressOut, error) {
-			id, err := s.caller(ctx, req)
+			resp, err := s.do(ctx, req, agents.Event{Type: agents.EventProgress, Percent: in.Percent, Text: in.Text})
+			return nil, ReportProgressOut{OK: resp.OK}, err
+		})
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "approval_prompt", Description: "Claude Code's permission prompt (--permission-prompt-tool): asks the people of the room, as request_approval does."},
+		func(ctx context.Context, req *mcp.CallToolRequest, in ApprovalPromptIn) (*mcp.CallToolResult, any, error) {
+			resp, err := s.call(ctx, req, agents.Event{Type: agents.EventRequestApproval, Action: promptAction(in)})
 			if err != nil {
-				return nil, ReportProgressOut{}, err
+				return nil, nil, err
 			}
-			if err := s.progress(ctx, id, in.Percent, in.Text); err != nil {
-				return nil, ReportProgressOut{}, err
+			ans := ApprovalPromptAnswer{Behavior: "deny", Message: firstNonEmpty(resp.Text, resp.Error, "not approved")}
+			if resp.OK {
+				ans = ApprovalPromptAnswer{Behavior: "allow", UpdatedInput: in.Input}
+				if ans.UpdatedInput == nil {
+					ans.UpdatedInput = map[string]any{}
+				}
 			}
-			return nil, ReportProgressOut{OK: true}, nil
+			b, err := json.Marshal(ans)
+			if err != nil {
+				return nil, nil, fmt.Errorf("mcptools: approval_prompt: %w", err)
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}, nil, nil
 		})
 }
 
-// taskOf returns task taskID if request id started it; a task of another
-// request is reported as unknown.
-func (s *Server) taskOf(ctx context.Context, id requests.ID, taskID string) (*delegation.Task, error) {
-	r, err := s.svc.Get(ctx, id)
-	if err != nil {
-		return nil, fmt.Errorf("mcptools: task_status: %w", err)
-	}
-	ts, err := s.del.Tasks(ctx, r.Owner)
-	if err != nil {
-		return nil, fmt.Errorf("mcptools: task_status: %w", err)
-	}
-	for i := range ts {
-		if ts[i].ID == taskID && ts[i].Request == id {
-			return &ts[i], nil
+// promptAction is the action people approve for a permission prompt: the
+// tool and its input ("use Bash: {"command":"make deploy"}"), cut at
+// maxAction bytes.
+func promptAction(in ApprovalPromptIn) string {
+	action := "use " + firstNonEmpty(in.ToolName, "an unnamed tool")
+	if len(in.Input) > 0 {
+		b, err := json.Marshal(in.Input)
+		if err == nil {
+			action += ": " + string(b)
 		}
 	}
-	return nil, fmt.Errorf("mcptools: task_status: %s started no task %q", id, taskID)
+	if len(action) > maxAction {
+		n := maxAction
+		for n > 0 && !utf8.RuneStart(action[n]) {
+			n--
+		}
+		action = action[:n] + "…"
+	}
+	return action
 }
 
-// progress records a progress report on running request id; bad input is
-// refused with an audit record and changes nothing.
-func (s *Server) progress(ctx context.Context, id requests.ID, percent int, text string) error {
-	var refusal string
-	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
-		refusal = ""
-		r, err := s.svc.GetTx(tx, id)
-		if err != nil {
-			return err
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
 		}
-		switch {
-		case percent < 0 || percent > 100:
-			refusal = fmt.Sprintf("progress %d is outside 0-100", percent)
-		case r.State != requests.Running:
-			refusal = fmt.Sprintf("%s is %s, not running", r.ID, r.State)
-		}
-		if refusal != "" {
-			return audit.Append(tx, audit.Record{Time: s.svc.Clock().Now().UTC(), RequestID: id.String(),
-				Actor: "agent:" + r.Agent, Action: "call_refused", From: r.State.String(), To: r.State.String(),
-				Detail: "report_progress: " + refusal})
-		}
-		_, err = s.svc.UpdateTx(tx, id, "agent", "", "", func(r *requests.Request) { r.Progress, r.Activity = percent, text })
-		return err
-	})
-	if err == nil && refusal != "" {
-		err = errors.New(refusal)
 	}
+	return ""
+}
+
+// TaskLister lists an owner's background tasks. *delegation.Service
+// implements it.
+type TaskLister interface {
+	Tasks(ctx context.Context, owner string) ([]delegation.Task, error)
+}
+
+var _ TaskLister = (*delegation.Service)(nil)
+
+// Tasks answers task_status (agents.TaskReader; set it as the scheduler's
+// Tasks) from the delegation service's tasks: a request sees the tasks it
+// started, and no others.
+type Tasks struct {
+	Requests   *requests.Service
+	Delegation TaskLister
+}
+
+var _ agents.TaskReader = Tasks{}
+
+// TaskStatus implements agents.TaskReader.
+func (t Tasks) TaskStatus(ctx context.Context, from requests.ID, taskID string) (agents.TaskInfo, error) {
+	r, err := t.Requests.Get(ctx, from)
 	if err != nil {
-		return fmt.Errorf("mcptools: report_progress: %w", err)
+		return agents.TaskInfo{}, fmt.Errorf("task_status: %w", err)
 	}
-	return nil
+	ts, err := t.Delegation.Tasks(ctx, r.Owner)
+	if err != nil {
+		return agents.TaskInfo{}, fmt.Errorf("task_status: %w", err)
+	}
+	for _, x := range ts {
+		if x.ID == taskID && x.Request == from {
+			return agents.TaskInfo{ID: x.ID, Name: x.Name, State: x.State, Reason: x.Reason, Output: x.Output}, nil
+		}
+	}
+	return agents.TaskInfo{}, fmt.Errorf("%s started no task %q", from, taskID)
+}
+
+// URL is the address of the MCP endpoint that agents on this host use,
+// given the address the bridge's HTTP server listens on (after
+// net.Listen: the real port): an unspecified host (0.0.0.0, ::) becomes
+// the loopback address.
+func URL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://" + addr + "/mcp"
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+		if ip != nil && ip.To4() == nil {
+			host = "::1"
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/mcp"
 }

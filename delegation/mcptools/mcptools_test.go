@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
@@ -29,18 +30,22 @@ import (
 const alice = "console:alice" // an owner: her asks are approved at once
 
 // env is the real core on a real bolt file, with the delegation and
-// approvals services and the MCP server on a test HTTP server. No
-// scheduler runs: requests are started by hand, as a turn would be.
+// approvals services, the scheduler (its call dispatcher serves the tools)
+// and the MCP server on a test HTTP server. The scheduler runs the given
+// agents only after start; without it, requests are started by hand, as a
+// turn would be.
 type env struct {
-	t   *testing.T
-	ctx context.Context
-	svc *requests.Service
-	del *delegation.Service
-	mcp *mcptools.Server
-	url string
+	t     *testing.T
+	ctx   context.Context
+	svc   *requests.Service
+	del   *delegation.Service
+	appr  *approvals.Service
+	sched *agents.Scheduler
+	mcp   *mcptools.Server
+	url   string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, ags ...agents.Agent) *env {
 	t.Helper()
 	dir := t.TempDir()
 	db, err := bolt.Open(filepath.Join(dir, "bridge.db"))
@@ -57,12 +62,25 @@ func newEnv(t *testing.T) *env {
 	del := delegation.New(delegation.Options{Requests: svc, Agents: []string{"coder", "reviewer"}, Workdir: dir, Threads: th})
 	svc.Observe(del.Observe)
 	t.Cleanup(del.Wait)
-	m := mcptools.New(mcptools.Options{Requests: svc, Delegator: del, Approver: appr})
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", m)
-	hs := httptest.NewServer(mux)
+	sched := agents.NewScheduler(svc, th, nil, ags...)
+	sched.Approver, sched.Delegator = appr, del
+	sched.Tasks = mcptools.Tasks{Requests: svc, Delegation: del}
+	m := mcptools.New(mcptools.Options{Requests: svc, Calls: sched})
+	hs := httptest.NewServer(m)
 	t.Cleanup(hs.Close)
-	return &env{t: t, ctx: context.Background(), svc: svc, del: del, mcp: m, url: hs.URL + "/mcp"}
+	sched.Tools, sched.MCPURL = m, mcptools.URL(hs.Listener.Addr().String())
+	return &env{t: t, ctx: context.Background(), svc: svc, del: del, appr: appr, sched: sched, mcp: m, url: sched.MCPURL}
+}
+
+// start runs the scheduler until the test ends.
+func (e *env) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = e.sched.Run(ctx)
+	}()
+	e.t.Cleanup(func() { cancel(); <-done })
 }
 
 // running creates a request for agent and starts it, as a turn would.
@@ -169,7 +187,7 @@ func TestAskAgentWithToken(t *testing.T) {
 	for _, tl := range tools.Tools {
 		names = append(names, tl.Name)
 	}
-	if got := strings.Join(names, ","); got != "ask_agent,background_run,report_progress,request_approval,task_status" {
+	if got := strings.Join(names, ","); got != "approval_prompt,ask_agent,background_run,report_progress,request_approval,task_status" {
 		t.Fatalf("tools: %s", got)
 	}
 
