@@ -66,3 +66,16 @@ func slackConnector(s *config.Slack, log *slog.Logger) (*slack.Connector, error)
 	return slack.New(slack.Options{Mode: s.Mode, BotToken: bot, AppToken: app, SigningSecret: secret,
 		APIURL: s.APIURL, BroadcastFinal: s.BroadcastFinal, Log: log})
 }
+
+// reportAPIErrors gives the platform connectors the hook their failed API
+// calls are reported to (metrics), per surface.
+func reportAPIErrors(conns []chat.Connector, hook func(surface string) func(code string, rateLimited bool)) {
+	for _, c := range conns {
+		switch c := c.(type) {
+		case *slack.Connector:
+			c.OnAPIError = hook(c.Surface())
+		case *feishu.Connector:
+			c.OnAPIError = hook(c.Surface())
+		}
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/roombridge/roombridge/delegation"
 	"github.com/roombridge/roombridge/delegation/mcptools"
 	"github.com/roombridge/roombridge/httpapi"
+	"github.com/roombridge/roombridge/metrics"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/rooms"
 	"github.com/roombridge/roombridge/threads"
@@ -116,6 +117,14 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	for _, c := range conns {
 		surfaces = append(surfaces, c.Surface())
 	}
+	// Metrics (GET /metrics): the observer keeps the store's request counts
+	// in each change's transaction; the hooks set below report the rest.
+	met, err := metrics.New(ctx, metrics.Options{Requests: svc, Agents: sorted(mapKeys(cfg.Agents)), Surfaces: surfaces, Log: log})
+	if err != nil {
+		return err
+	}
+	svc.Observe(met.Observe)
+	reportAPIErrors(conns, met.APIErrors)
 	th := threads.New(cfg.Rooms, surfaces...)
 	th.SetRequests(svc) // a delegated request's title names the agent that asked
 	svc.Observe(th.Observe)
@@ -142,9 +151,10 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 		}
 	}
 	router := rooms.New(svc, appr, cfg.Rooms, log)
+	router.OnInbound = met.Inbound
 	// The sweeper expires approvals and times out rendezvous (if
 	// delegation has a rendezvous timeout).
-	sweeper, err := ttl.New(ttl.Options{Spec: cfg.Approvals.Sweep, Clock: clk, Log: log}, appr, del)
+	sweeper, err := ttl.New(ttl.Options{Spec: cfg.Approvals.Sweep, Clock: clk, Log: log, OnSweep: met.Sweep}, appr, del)
 	if err != nil {
 		return err
 	}
@@ -161,9 +171,12 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	sched := agents.NewScheduler(svc, th, log, ags...)
 	sched.Approver = appr // agents' request_approval during a run
 	sched.Delegator = del
+	sched.OnTurn = met.Turn
 	deliver := threads.NewDeliverer(db, clk, log, be.outbound(conns)...)
+	deliver.OnDelivered = met.Delivered
 
-	api := httpapi.New(httpapi.Options{Service: svc, Router: router, Token: token, Log: log, Ready: be.ready, Tasks: del})
+	api := httpapi.New(httpapi.Options{Service: svc, Router: router, Token: token, Log: log, Ready: be.ready, Tasks: del,
+		Registry: met.Registry()})
 	// Agent tools over MCP, each call bound by its per-turn token to one
 	// request: the scheduler issues a token for each turn (sched.Tools) and
 	// hands it to the agent with the URL (set below, once the address is
@@ -227,7 +240,7 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	}
 	work.intake = append(work.intake, be.jobs...)
 	start("leader", func(ctx context.Context) error {
-		return be.lead(ctx, func(ctx context.Context) error { return stop.lead(ctx, work) })
+		return be.lead(ctx, met.Leading(func(ctx context.Context) error { return stop.lead(ctx, work) }))
 	})
 	start("http", func(ctx context.Context) error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
