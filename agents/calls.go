@@ -15,8 +15,8 @@ import (
 // dispatcher behind both transports of the agent tools: the exec
 // protocol's calls (through the turn's Sink) and the MCP tools
 // (delegation/mcptools, which map each tool to an Event: ask_agent,
-// background_run, task_status, request_approval, and report_progress as
-// EventProgress). So both offer the same tools, with the same checks,
+// background_run, task_status, request_approval, ask_user, and
+// report_progress as EventProgress). So both offer the same tools, with the same checks,
 // refusals and audit records; a new tool is one more case here.
 //
 // A call nobody can serve, or with bad input, is answered with an Error and
@@ -37,6 +37,24 @@ func (s *Scheduler) Call(ctx context.Context, id requests.ID, ev Event) Response
 			return s.refuse(ctx, id, ev, resp)
 		}
 		return Response{OK: d.Approved(), Text: d.Answer(), Approval: d.Approval}
+	case EventAskUser:
+		q, _ := s.Approver.(Questioner)
+		if q == nil {
+			return s.refuse(ctx, id, ev, Response{Text: "no answer: nobody to ask (no approvals configured)"})
+		}
+		d, err := q.AskUser(ctx, id.String(), ev.Text)
+		if err != nil {
+			resp := Response{Text: "no answer: " + err.Error(), Error: err.Error()}
+			if ctx.Err() != nil {
+				return resp // the turn ended while waiting: nothing was refused
+			}
+			return s.refuse(ctx, id, ev, resp)
+		}
+		resp := Response{OK: d.Answered(), Text: d.Answer(), Question: d.Approval}
+		if d.Answered() {
+			resp.From = d.By
+		}
+		return resp
 	case EventAskAgent:
 		if s.Delegator == nil {
 			return s.refuse(ctx, id, ev, Response{Error: "delegation is not available"})

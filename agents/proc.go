@@ -335,7 +335,7 @@ func (d *driver) handle(ctx context.Context, ev Event) {
 		err = d.sink.Progress(ctx, ev.Percent, ev.Text)
 	case EventMessage:
 		err = d.sink.Message(ctx, ev.Text)
-	case EventAskAgent, EventBackgroundRun, EventRequestApproval, EventTaskStatus:
+	case EventAskAgent, EventBackgroundRun, EventRequestApproval, EventTaskStatus, EventAskUser:
 		err = d.call(ev)
 	case EventFinal:
 		d.out.Final, d.ended = ev.Text, true

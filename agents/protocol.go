@@ -42,7 +42,7 @@ const (
 	// MsgCancel asks the agent to stop at its next safe point.
 	MsgCancel = "cancel"
 	// MsgResponse answers a call (ask_agent, background_run, task_status,
-	// request_approval) by its id.
+	// request_approval, ask_user) by its id.
 	MsgResponse = "response"
 )
 
@@ -71,7 +71,8 @@ type Response struct {
 	Type string `json:"type"` // "response"
 	// ID is the id of the call answered.
 	ID string `json:"id"`
-	// OK: the call succeeded (for request_approval: the action is approved).
+	// OK: the call succeeded (for request_approval: the action is
+	// approved; for ask_user: a person answered).
 	OK bool `json:"ok"`
 	// Text is the answer as a person would read it ("approved by
 	// slack:U1", "not approved: expired").
@@ -86,6 +87,10 @@ type Response struct {
 	Task *TaskInfo `json:"task,omitempty"`
 	// Approval is the approval request_approval opened (R…-07.1).
 	Approval string `json:"approval,omitempty"`
+	// Question is the question ask_user asked (R…-08.q1); Text is its
+	// answer, From who answered (surface:user).
+	Question string `json:"question,omitempty"`
+	From     string `json:"from,omitempty"`
 }
 
 // Event types (agent → bridge).
@@ -98,6 +103,7 @@ const (
 	EventBackgroundRun   = "background_run"   // {"type":"background_run","id":"c2","name":"tests","command":["go","test","./..."]}
 	EventRequestApproval = "request_approval" // {"type":"request_approval","id":"c3","action":"..."}
 	EventTaskStatus      = "task_status"      // {"type":"task_status","id":"c4","task_id":"T-3"}
+	EventAskUser         = "ask_user"         // {"type":"ask_user","id":"c5","text":"which region?"}
 	EventFinal           = "final"            // {"type":"final","text":"..."}
 	EventYield           = "yield"            // {"type":"yield","reason":"..."}
 	EventStopped         = "stopped"          // {"type":"stopped","text":"done so far"} after a cancel
@@ -114,8 +120,8 @@ const (
 type Event struct {
 	Type string `json:"type"`
 	// ID is the session ID (session) or the call's ID (ask_agent,
-	// background_run, task_status, request_approval), echoed in the
-	// response.
+	// background_run, task_status, request_approval, ask_user), echoed in
+	// the response.
 	ID      string `json:"id,omitempty"`
 	Phase   string `json:"phase,omitempty"`
 	Name    string `json:"name,omitempty"`

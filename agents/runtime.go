@@ -99,6 +99,17 @@ type Approver interface {
 
 var _ Approver = (*approvals.Service)(nil)
 
+// Questioner answers an agent's ask_user: it asks the people of the
+// request's room a question (shown in the request's thread and its root's)
+// and blocks until someone answers, it expires or is withdrawn, or ctx
+// ends. The scheduler's Approver serves ask_user when it is a Questioner;
+// *approvals.Service is.
+type Questioner interface {
+	AskUser(ctx context.Context, requestID, question string) (approvals.Decision, error)
+}
+
+var _ Questioner = (*approvals.Service)(nil)
+
 // ToolIssuer issues the per-turn token of the agent tools over MCP: the
 // scheduler issues one before each turn (Turn.MCPToken) and calls revoke as
 // soon as the turn ends, however it ends. *mcptools.Server implements it.

@@ -94,7 +94,7 @@ func (s *Service) Answer(ctx context.Context, id, text, actor, surface string) (
 		now := s.now()
 		a, err := getTx(tx, r)
 		if errors.Is(err, ErrUnknown) {
-			refused = fmt.Errorf("%w: no question %s", ErrUnknown, r)
+			refused = refuse(ErrUnknown, "no question %s", r)
 			return auditRefusalTx(tx, now, r.req.String(), actor, surface, actionAnswerRefused, what, refused)
 		}
 		if err != nil {

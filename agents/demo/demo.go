@@ -11,6 +11,9 @@
 //	                   DUR may instead be a file path: the tool runs until it exists
 //	sleep DUR          wait DUR outside any tool (a cancel ends the wait)
 //	approve ACTION     ask permission for ACTION (request_approval), say the answer
+//	question TEXT      ask a person TEXT (ask_user), say "answer: <the answer>"
+//	                   (or why there is none); that is the final answer unless
+//	                   a later echo gives another
 //	ask AGENT TEXT     ask another agent (ask_agent; "|" in TEXT stands for ";");
 //	                   on success, yield waiting on it
 //	background NAME CMD...  start a background command (background_run)
@@ -136,6 +139,15 @@ func (a *agent) call(ev agents.Event) (agents.Response, bool) {
 	}
 }
 
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
 func (a *agent) logf(format string, args ...any) {
 	path := os.Getenv("DEMO_AGENT_LOG")
 	if path == "" {
@@ -259,6 +271,14 @@ func (a *agent) run() int {
 			}
 			a.emit(agents.Event{Type: agents.EventMessage, Text: "approval: " + answer})
 			a.done = append(a.done, "asked to "+arg+": "+answer)
+		case "question":
+			r, ok := a.call(agents.Event{Type: agents.EventAskUser, Text: arg})
+			if !ok {
+				return a.stop()
+			}
+			final = "answer: " + firstNonEmpty(r.Text, "no answer: "+r.Error)
+			a.emit(agents.Event{Type: agents.EventMessage, Text: final})
+			a.done = append(a.done, "asked "+arg+": "+final)
 		case "ask":
 			who, text, _ := strings.Cut(arg, " ")
 			text = strings.ReplaceAll(text, "|", ";")
