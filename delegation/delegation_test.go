@@ -70,6 +70,7 @@ func newEnvTimeout(t *testing.T, caps map[string]int, timeout time.Duration) *en
 	rs := []config.Room{{Name: "main", Console: true, Agents: []string{"coder", "reviewer"}}}
 	svc := requests.NewService(db, clock.Real{}, "acme", []string{alice})
 	th := threads.New(rs, chat.Console)
+	th.SetRequests(svc)
 	svc.Observe(th.Observe)
 	appr := approvals.New(approvals.Options{Requests: svc, Rooms: rs, TTL: time.Hour, Threads: th, Surfaces: []string{chat.Console}})
 	svc.Observe(appr.Observe)
