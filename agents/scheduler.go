@@ -244,6 +244,7 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 		}
 		return fmt.Errorf("agents: start %s: %w", j.r.ID, err)
 	}
+	failpoint.Hit(failpoint.TurnStarted) // the turn is recorded; its agent has not run
 	resumed := j.kind == jobResume
 	log.InfoContext(ctx, "turn starting", "resumed", resumed, "session", r.Session, "inputs", len(j.inbox))
 

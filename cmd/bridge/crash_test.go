@@ -13,6 +13,7 @@ import (
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/store/bolt"
 )
 
@@ -91,32 +92,41 @@ func TestCrashSafety(t *testing.T) {
 		if r.Agent == "" || r.Ask != "echo ok" || r.State == 0 || r.Version == 0 {
 			t.Fatalf("half-written request: %+v", r)
 		}
-		recs, err := audit.List(ctx, db, audit.Query{RequestID: r.ID.String()}, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The trail is a chain create → ... → current state: exactly one
-		// record per applied transition, none missing, none doubled.
-		var transitions []audit.Record
-		for _, rec := range recs {
-			if rec.Action == "session" || rec.Action == "interrupted" {
-				continue
-			}
-			transitions = append(transitions, rec)
-		}
-		if len(transitions) == 0 || transitions[0].Action != "create" {
-			t.Fatalf("%s: audit trail does not start with its creation: %+v", r.ID, recs)
-		}
-		state := transitions[0].To
-		for _, rec := range transitions[1:] {
-			if rec.From != state {
-				t.Fatalf("%s: audit record %q goes from %s, but the request was %s: %+v", r.ID, rec.Action, rec.From, state, recs)
-			}
-			state = rec.To
-		}
-		if state != r.State.String() {
-			t.Fatalf("%s: audit trail ends in %s, the request is %s", r.ID, state, r.State)
-		}
+		auditTrail(t, db, r)
 	}
 	t.Logf("%d requests acknowledged before the kill, %d in the store", created.Load(), len(all))
+}
+
+// auditTrail returns request r's audit records, failing the test unless
+// the records of its state are a chain create → ... → r's state: exactly
+// one record per applied transition, none missing, none doubled. (Records
+// of a rendezvous r waits on carry the rendezvous' states; records of its
+// tasks carry none.)
+func auditTrail(t *testing.T, db store.Store, r *requests.Request) []audit.Record {
+	t.Helper()
+	recs, err := audit.List(context.Background(), db, audit.Query{RequestID: r.ID.String()}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var transitions []audit.Record
+	for _, rec := range recs {
+		if rec.Action == "session" || rec.Action == "interrupted" || rec.Action == "rendezvous" || rec.From == "" && rec.To == "" {
+			continue
+		}
+		transitions = append(transitions, rec)
+	}
+	if len(transitions) == 0 || transitions[0].Action != "create" {
+		t.Fatalf("%s: audit trail does not start with its creation: %+v", r.ID, recs)
+	}
+	state := transitions[0].To
+	for _, rec := range transitions[1:] {
+		if rec.From != state {
+			t.Fatalf("%s: audit record %q goes from %s, but the request was %s: %+v", r.ID, rec.Action, rec.From, state, recs)
+		}
+		state = rec.To
+	}
+	if state != r.State.String() {
+		t.Fatalf("%s: audit trail ends in %s, the request is %s", r.ID, state, r.State)
+	}
+	return recs
 }

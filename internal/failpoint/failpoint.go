@@ -14,16 +14,20 @@
 //
 // The failpoints (names are stable: tests refer to them):
 //
+//	turn_started   agents/scheduler.go (Scheduler.run): right after the
+//	               transaction that starts, resumes or wakes a request for
+//	               a turn committed, before its agent runs.
 //	task_ended     delegation/tasks.go (Service.finish): right after the
 //	               transaction that records a background task's end (its
-//	               result queued in its request's inbox) returned, before
-//	               that request's agent is woken.
+//	               result queued in its request's inbox) returned
+//	               (committed or not), before that request's agent is
+//	               woken.
 //	request_ended  agents/scheduler.go (Scheduler.end): right after the
 //	               transaction that ends a request after its turn (final
-//	               answer, failure or stop) returned. For a delegated
-//	               request, that transaction also closed the rendezvous and
-//	               queued the answer in the asker's inbox: a hit there is
-//	               "B answered, A not yet woken".
+//	               answer, failure or stop) returned (committed or not).
+//	               For a delegated request, that transaction also closed
+//	               the rendezvous and queued the answer in the asker's
+//	               inbox: a hit there is "B answered, A not yet woken".
 package failpoint
 
 import (
@@ -39,6 +43,7 @@ const EnvVar = "ROOMBRIDGE_FAILPOINTS"
 
 // The failpoints (see the package doc for where each is).
 const (
+	TurnStarted  = "turn_started"
 	TaskEnded    = "task_ended"
 	RequestEnded = "request_ended"
 )
