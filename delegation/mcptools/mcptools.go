@@ -1,6 +1,6 @@
 // Package mcptools serves the agent tools (ask_agent, background_run,
-// task_status, request_approval, report_progress; DESIGN §3) over MCP at
-// /mcp, with the go-sdk's streamable HTTP transport, plus approval_prompt,
+// task_status, request_approval, ask_user, report_progress; DESIGN §3) over
+// MCP at /mcp, with the go-sdk's streamable HTTP transport, plus approval_prompt,
 // which answers Claude Code's permission prompts with approvals of the
 // room. Every HTTP request must carry a per-turn token (Authorization:
 // Bearer <token>) issued by Server.Issue for one request; each tool call
@@ -254,6 +254,19 @@ type RequestApprovalOut struct {
 	Approval string `json:"approval,omitempty" jsonschema:"the approval opened (people decide it by this ID)"`
 }
 
+// AskUserIn is ask_user's input.
+type AskUserIn struct {
+	Text string `json:"text" jsonschema:"the question for the people of the room"`
+}
+
+// AskUserOut is ask_user's output.
+type AskUserOut struct {
+	Answered bool   `json:"answered"`
+	Answer   string `json:"answer" jsonschema:"the person's answer, or why there is none (expired, withdrawn)"`
+	Question string `json:"question,omitempty" jsonschema:"the question's ID (R…-08.q1)"`
+	From     string `json:"from,omitempty" jsonschema:"who answered (surface:user)"`
+}
+
 // ReportProgressIn is report_progress's input.
 type ReportProgressIn struct {
 	Percent int    `json:"percent" jsonschema:"progress, 0-100"`
@@ -327,6 +340,12 @@ func (s *Server) addTools() {
 			// Not approved, for whatever reason, is an answer, not an error.
 			resp, err := s.call(ctx, req, agents.Event{Type: agents.EventRequestApproval, Action: in.Action})
 			return nil, RequestApprovalOut{Approved: resp.OK, Answer: resp.Text, Approval: resp.Approval}, err
+		})
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "ask_user", Description: "Ask the people of the room a question; it is shown in the request's thread (and in the thread of the conversation that delegated the work) and blocks until someone answers or it expires."},
+		func(ctx context.Context, req *mcp.CallToolRequest, in AskUserIn) (*mcp.CallToolResult, AskUserOut, error) {
+			// No answer (expired, withdrawn) is an answer, not an error.
+			resp, err := s.call(ctx, req, agents.Event{Type: agents.EventAskUser, Text: in.Text})
+			return nil, AskUserOut{Answered: resp.OK, Answer: resp.Text, Question: resp.Question, From: resp.From}, err
 		})
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "report_progress", Description: "Report progress (0-100) and what you are doing; shown in the request's thread status."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in ReportProgressIn) (*mcp.CallToolResult, ReportProgressOut, error) {

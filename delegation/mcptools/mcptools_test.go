@@ -187,7 +187,7 @@ func TestAskAgentWithToken(t *testing.T) {
 	for _, tl := range tools.Tools {
 		names = append(names, tl.Name)
 	}
-	if got := strings.Join(names, ","); got != "approval_prompt,ask_agent,background_run,report_progress,request_approval,task_status" {
+	if got := strings.Join(names, ","); got != "approval_prompt,ask_agent,ask_user,background_run,report_progress,request_approval,task_status" {
 		t.Fatalf("tools: %s", got)
 	}
 
