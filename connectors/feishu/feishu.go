@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -178,7 +179,7 @@ func New(o Options) (*Connector, error) {
 		o.Log = slog.Default()
 	}
 	log := o.Log.With("surface", chat.Feishu)
-	sdkLog := sdkLogger{log: log}
+	sdkLog := newSDKLogger(log, o.AppSecret, o.VerificationToken, o.EncryptKey)
 	copts := []lark.ClientOptionFunc{
 		lark.WithOpenBaseUrl(o.BaseURL), lark.WithLogger(sdkLog), lark.WithLogLevel(larkcore.LogLevelWarn),
 		lark.WithReqTimeout(requestTimeout),
@@ -251,7 +252,7 @@ func (c *Connector) Run(ctx context.Context, h chat.Handler) error {
 		<-ctx.Done()
 		return nil
 	}
-	sdkLog := sdkLogger{log: c.log}
+	sdkLog := newSDKLogger(c.log, c.opts.AppSecret, c.opts.VerificationToken, c.opts.EncryptKey)
 	ws := larkws.NewClient(c.opts.AppID, c.opts.AppSecret,
 		larkws.WithEventHandler(c.disp), larkws.WithDomain(c.opts.BaseURL),
 		larkws.WithLogger(sdkLog), larkws.WithLogLevel(larkcore.LogLevelWarn), larkws.WithAutoReconnect(true),
@@ -474,18 +475,37 @@ func safeUUID(s string) bool {
 	return true
 }
 
-// sdkLogger routes the SDK's logs to slog.
-type sdkLogger struct{ log *slog.Logger }
-
-func (l sdkLogger) Debug(ctx context.Context, args ...any) {
-	l.log.DebugContext(ctx, "lark sdk", "detail", fmt.Sprint(args...))
+// sdkLogger routes the SDK's logs to slog with the app's secrets masked,
+// and drops its debug lines: the long-connection client ignores the log
+// level it is given once it has a logger, and its debug lines carry whole
+// event payloads, verification token included.
+type sdkLogger struct {
+	log    *slog.Logger
+	redact *strings.Replacer
 }
+
+// newSDKLogger returns an sdkLogger that masks secrets (empty ones are
+// skipped).
+func newSDKLogger(log *slog.Logger, secrets ...string) sdkLogger {
+	var pairs []string
+	for _, s := range secrets {
+		if s != "" {
+			pairs = append(pairs, s, "[redacted]")
+		}
+	}
+	return sdkLogger{log: log, redact: strings.NewReplacer(pairs...)}
+}
+
+func (l sdkLogger) detail(args []any) string { return l.redact.Replace(fmt.Sprint(args...)) }
+
+// Debug drops the line (see sdkLogger).
+func (l sdkLogger) Debug(context.Context, ...any) {}
 func (l sdkLogger) Info(ctx context.Context, args ...any) {
-	l.log.InfoContext(ctx, "lark sdk", "detail", fmt.Sprint(args...))
+	l.log.InfoContext(ctx, "lark sdk", "detail", l.detail(args))
 }
 func (l sdkLogger) Warn(ctx context.Context, args ...any) {
-	l.log.WarnContext(ctx, "lark sdk", "detail", fmt.Sprint(args...))
+	l.log.WarnContext(ctx, "lark sdk", "detail", l.detail(args))
 }
 func (l sdkLogger) Error(ctx context.Context, args ...any) {
-	l.log.ErrorContext(ctx, "lark sdk", "detail", fmt.Sprint(args...))
+	l.log.ErrorContext(ctx, "lark sdk", "detail", l.detail(args))
 }
