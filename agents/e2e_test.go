@@ -219,6 +219,18 @@ agents:
 	if session == "" {
 		t.Fatalf("no session in the log: %q", e.logLines())
 	}
+	// The agent wrote its session before its tool; the kill comes once the
+	// bridge has stored it (it reads the agent's lines a little later).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var r requests.Request
+		get(t, data, "/v1/requests/"+id, &r)
+		if r.Session == session {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the bridge did not store session %q within 30s: %+v", session, r)
+		}
+	}
 	pid := agentPID(t, e, id)
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
