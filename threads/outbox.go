@@ -118,14 +118,18 @@ func (d *Deliverer) pending(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// left is Flush's error when effects are left: how many, and why.
+// left is Flush's error when effects are left (how many, and why); nil
+// when none is.
 func (d *Deliverer) left(ctx context.Context, why error) error {
 	// ctx may be over: count within a second of our own.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	n, err := d.pending(cctx)
-	if err != nil {
+	switch {
+	case err != nil:
 		return fmt.Errorf("threads: flush: effects left (counting them failed: %v): %w", err, why)
+	case n == 0:
+		return nil // the last went out as ctx ended
 	}
 	return fmt.Errorf("threads: flush: %d effect(s) left: %w", n, why)
 }
