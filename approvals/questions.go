@@ -164,7 +164,7 @@ func (s *Service) AnswerInThread(ctx context.Context, thread requests.ID, text, 
 	}
 	if refused != nil {
 		if !errors.Is(refused, requests.ErrDuplicate) {
-			s.log.InfoContext(ctx, "answer refused", "thread_request", thread.String(), "user", actor,
+			s.log.InfoContext(ctx, "answer refused", "thread", thread.String(), "user", actor,
 				"surface", surface, "error", refused)
 		}
 		return out, refused
