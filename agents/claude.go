@@ -34,9 +34,12 @@ import (
 type Claude struct {
 	// Command is the CLI (default "claude") and extra flags after it, such
 	// as --model, --permission-mode or --allowedTools.
-	Command     []string
-	Workdir     string
-	Env         []string
+	Command []string
+	Workdir string
+	Env     []string
+	// HideEnv names variables of the bridge's environment the agent does
+	// not inherit (the config's secrets: config.Config.SecretEnv).
+	HideEnv     []string
 	Grace       time.Duration
 	TurnTimeout time.Duration
 	MaxLine     int
@@ -90,7 +93,7 @@ func (c *Claude) Run(ctx context.Context, t Turn, sink Sink) (Outcome, error) {
 			env = slices.Concat([]string{"MCP_TOOL_TIMEOUT=" + mcpToolTimeout}, c.Env)
 		}
 	}
-	p := &process{argv: c.Args(t, config), dir: c.Workdir, env: env, grace: c.Grace, timeout: c.TurnTimeout,
+	p := &process{argv: c.Args(t, config), dir: c.Workdir, env: env, hide: c.HideEnv, grace: c.Grace, timeout: c.TurnTimeout,
 		maxLine: c.MaxLine, dec: &claudeDecoder{session: t.Session}}
 	out, err := p.run(ctx, t, sink)
 	out.YieldIfWaiting = true // Claude Code cannot yield: a final answer may be one

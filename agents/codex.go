@@ -30,9 +30,12 @@ import (
 // process's environment only (argv is visible to every user of the host).
 type Codex struct {
 	// Command is the CLI (default "codex") and extra flags for exec.
-	Command     []string
-	Workdir     string
-	Env         []string
+	Command []string
+	Workdir string
+	Env     []string
+	// HideEnv names variables of the bridge's environment the agent does
+	// not inherit (the config's secrets: config.Config.SecretEnv).
+	HideEnv     []string
 	Grace       time.Duration
 	TurnTimeout time.Duration
 	MaxLine     int
@@ -60,7 +63,7 @@ func (c *Codex) Args(t Turn) []string {
 
 // Run implements Runtime.
 func (c *Codex) Run(ctx context.Context, t Turn, sink Sink) (Outcome, error) {
-	p := &process{argv: c.Args(t), dir: c.Workdir, env: slices.Concat(c.Env, mcpEnv(t)), grace: c.Grace, timeout: c.TurnTimeout,
+	p := &process{argv: c.Args(t), dir: c.Workdir, env: slices.Concat(c.Env, mcpEnv(t)), hide: c.HideEnv, grace: c.Grace, timeout: c.TurnTimeout,
 		maxLine: c.MaxLine, dec: &codexDecoder{session: t.Session}}
 	out, err := p.run(ctx, t, sink)
 	out.YieldIfWaiting = true // codex cannot yield: a final answer may be one

@@ -16,6 +16,9 @@ type Exec struct {
 	Command []string
 	Workdir string
 	Env     []string
+	// HideEnv names variables of the bridge's environment the agent does
+	// not inherit (the config's secrets: config.Config.SecretEnv).
+	HideEnv []string
 	// Grace is the time between stop escalations (default DefaultGrace).
 	Grace time.Duration
 	// TurnTimeout bounds one turn (0: no bound); a turn over it fails.
@@ -27,7 +30,7 @@ type Exec struct {
 // Run implements Runtime.
 func (x *Exec) Run(ctx context.Context, t Turn, sink Sink) (Outcome, error) {
 	p := &process{
-		argv: x.Command, dir: x.Workdir, env: slices.Concat(x.Env, mcpEnv(t)), grace: x.Grace, timeout: x.TurnTimeout, maxLine: x.MaxLine,
+		argv: x.Command, dir: x.Workdir, env: slices.Concat(x.Env, mcpEnv(t)), hide: x.HideEnv, grace: x.Grace, timeout: x.TurnTimeout, maxLine: x.MaxLine,
 		turn: TurnMessage{Type: MsgTurn, RequestID: t.RequestID, Agent: t.Agent, Session: t.Session, Resumed: t.Resumed, Input: t.Input},
 		dec:  execDecoder{},
 	}

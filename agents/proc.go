@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -52,6 +53,7 @@ type process struct {
 	argv    []string
 	dir     string
 	env     []string
+	hide    []string // names of the bridge's variables the agent must not see
 	grace   time.Duration
 	timeout time.Duration
 	maxLine int
@@ -87,7 +89,7 @@ func (p *process) run(ctx context.Context, t Turn, sink Sink) (Outcome, error) {
 	}
 	cmd := exec.Command(p.argv[0], p.argv[1:]...)
 	cmd.Dir = p.dir
-	cmd.Env = append(os.Environ(), p.env...)
+	cmd.Env = append(Environ(os.Environ(), p.hide), p.env...)
 	cmd.SysProcAttr = sysProcAttr()
 	// A grandchild that keeps stderr open must not keep Wait from returning.
 	cmd.WaitDelay = p.grace
@@ -563,4 +565,20 @@ func (b *tailBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return string(b.buf)
+}
+
+// Environ is environ without the variables named in hide: what an agent
+// process inherits from the bridge (the config's secrets are hidden).
+func Environ(environ, hide []string) []string {
+	if len(hide) == 0 {
+		return environ
+	}
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(hide, name) {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

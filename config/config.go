@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +33,9 @@ type Config struct {
 	HA         *HA              `yaml:"ha"`
 	Log        Log              `yaml:"log"`
 	Shutdown   Shutdown         `yaml:"shutdown"`
+	// SecretEnv names the environment variables the file expanded into a
+	// secret key (${SLACK_BOT_TOKEN}); agent processes do not get them.
+	SecretEnv []string `yaml:"-"`
 }
 
 // HTTP is the API server.
@@ -171,7 +175,8 @@ func Parse(b []byte) (*Config, error) {
 	if doc.Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("config: line %d: the file is not a mapping of keys (want lines like \"owner: acme\")", doc.Line)
 	}
-	if err := expandEnv(doc, ""); err != nil {
+	var secretEnv []string
+	if err := expandEnv(doc, "", &secretEnv); err != nil {
 		return nil, err
 	}
 	if err := checkKeys(doc, reflect.TypeFor[Config](), ""); err != nil {
@@ -184,6 +189,7 @@ func Parse(b []byte) (*Config, error) {
 	if err := doc.Decode(&c); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
+	c.SecretEnv = secretEnv
 	c.setDefaults()
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -191,16 +197,26 @@ func Parse(b []byte) (*Config, error) {
 	return &c, nil
 }
 
+// secretKeys are the last parts of the keys that hold secrets.
+var secretKeys = map[string]bool{
+	"bot_token": true, "app_token": true, "signing_secret": true, "app_secret": true,
+	"verification_token": true, "encrypt_key": true, "api_token": true,
+}
+
 var envRE = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
 // expandEnv replaces ${VAR} in every scalar value; an unset variable is an
-// error naming the key that uses it.
-func expandEnv(n *yaml.Node, path string) error {
+// error naming the key that uses it. The names of the variables expanded
+// into a secret key are appended to secretEnv.
+func expandEnv(n *yaml.Node, path string, secretEnv *[]string) error {
 	switch n.Kind {
 	case yaml.ScalarNode:
 		var missing string
 		n.Value = envRE.ReplaceAllStringFunc(n.Value, func(m string) string {
 			name := m[2 : len(m)-1]
+			if secretKeys[lastPart(path)] && !slices.Contains(*secretEnv, name) {
+				*secretEnv = append(*secretEnv, name)
+			}
 			v, ok := os.LookupEnv(name)
 			if !ok && missing == "" {
 				missing = name
@@ -212,13 +228,13 @@ func expandEnv(n *yaml.Node, path string) error {
 		}
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			if err := expandEnv(n.Content[i+1], join(path, n.Content[i].Value)); err != nil {
+			if err := expandEnv(n.Content[i+1], join(path, n.Content[i].Value), secretEnv); err != nil {
 				return err
 			}
 		}
 	case yaml.SequenceNode:
 		for i, c := range n.Content {
-			if err := expandEnv(c, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+			if err := expandEnv(c, fmt.Sprintf("%s[%d]", path, i), secretEnv); err != nil {
 				return err
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -45,5 +46,28 @@ func TestSecretFileMode(t *testing.T) {
 	}
 	if _, err := Secret("http.api_token", "", filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "http.api_token_file") {
 		t.Errorf("missing file: err = %v; want it to name http.api_token_file", err)
+	}
+}
+
+// The variables expanded into secret keys are listed (once each), so that
+// agents do not inherit them; others are not.
+func TestSecretEnv(t *testing.T) {
+	t.Setenv("RB_BOT", "xoxb-1")
+	t.Setenv("RB_SIGN", "sig")
+	t.Setenv("RB_OWNER", "acme")
+	t.Setenv("RB_DIR", t.TempDir())
+	c, err := Parse([]byte(`owner: ${RB_OWNER}
+data_dir: ${RB_DIR}
+slack: {mode: events, bot_token: "${RB_BOT}", signing_secret: "${RB_SIGN}${RB_BOT}"}
+rooms:
+  - {name: r, slack_channel: C1, agents: [coder]}
+agents:
+  coder: {kind: exec, command: [bridge, demo-agent]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"RB_BOT", "RB_SIGN"}; !slices.Equal(c.SecretEnv, want) {
+		t.Fatalf("SecretEnv = %q, want %q", c.SecretEnv, want)
 	}
 }
