@@ -281,11 +281,11 @@ func runtimeFor(cfg *config.Config, name string, a config.Agent) (agents.Runtime
 	}
 	switch a.Kind {
 	case "exec":
-		return &agents.Exec{Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout}, nil
+		return &agents.Exec{Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout, HideEnv: cfg.SecretEnv}, nil
 	case "claude":
-		return &agents.Claude{Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout}, nil
+		return &agents.Claude{Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout, HideEnv: cfg.SecretEnv}, nil
 	case "codex":
-		return &agents.Codex{Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout}, nil
+		return &agents.Codex{Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout, HideEnv: cfg.SecretEnv}, nil
 	}
 	return nil, fmt.Errorf("agents.%s.kind: unknown kind %q (want exec, claude or codex)", name, a.Kind)
 }
