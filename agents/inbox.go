@@ -22,6 +22,10 @@ const (
 	// bucketParked marks running requests whose agent yielded, waiting on a
 	// delegation or task: <owner>/<request key> → reason.
 	bucketParked = "agent_parked"
+	// bucketWoken marks running requests that have had a turn after their
+	// first (a wake): their agent has had the ask, so a turn of theirs that
+	// a restart cut is resumed without it. <owner>/<request key> → "1".
+	bucketWoken = "agent_woken"
 )
 
 // ErrEnded: the request has ended; input for it cannot be delivered.
@@ -113,6 +117,15 @@ func inboxTx(tx store.Tx, r *requests.Request) ([]inboxItem, error) {
 		return nil
 	})
 	return out, err
+}
+
+// wokenTx reports whether running request r has had a turn after its first.
+func wokenTx(tx store.Tx, r *requests.Request) (bool, error) {
+	_, err := tx.Get(bucketWoken, requestKey(r))
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // parkedTx reports whether running request r waits (its agent yielded).

@@ -125,6 +125,9 @@ type job struct {
 	kind  jobKind
 	r     *requests.Request
 	inbox []inboxItem
+	// woken: the request has had a turn after its first, so its agent has
+	// had the ask (a resume then carries only the inbox, like the wake).
+	woken bool
 }
 
 func (s *Scheduler) work(ctx context.Context, a Agent) {
@@ -185,7 +188,11 @@ func (s *Scheduler) next(ctx context.Context, agent string) (*job, error) {
 		case err != nil:
 			return err
 		case !parked:
-			j = &job{kind: jobResume, r: r, inbox: in}
+			woken, err := wokenTx(tx, r)
+			if err != nil {
+				return err
+			}
+			j = &job{kind: jobResume, r: r, inbox: in, woken: woken}
 		case r.CancelRequested:
 			j = &job{kind: jobCancel, r: r, inbox: in}
 		case len(in) > 0:
@@ -229,6 +236,9 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 	case jobWake:
 		err = s.svc.Store().Update(ctx, func(tx store.Tx) error {
 			if err := tx.Delete(bucketParked, requestKey(r)); err != nil {
+				return err
+			}
+			if err := tx.Put(bucketWoken, requestKey(r), []byte("1")); err != nil {
 				return err
 			}
 			var err error
@@ -404,6 +414,9 @@ func (s *Scheduler) end(ctx context.Context, id requests.ID, ev requests.Event, 
 		if err := tx.Delete(bucketParked, requestKey(r)); err != nil {
 			return err
 		}
+		if err := tx.Delete(bucketWoken, requestKey(r)); err != nil {
+			return err
+		}
 		items, err := inboxTx(tx, r)
 		if err != nil {
 			return err
@@ -438,7 +451,7 @@ func (s *Scheduler) end(ctx context.Context, id requests.ID, ev requests.Event, 
 // then what arrived for it.
 func (s *Scheduler) input(ctx context.Context, r *requests.Request, j *job) ([]Input, error) {
 	var in []Input
-	if j.kind != jobWake {
+	if j.kind != jobWake && !j.woken {
 		in = append(in, Input{Kind: InputAsk, Text: r.Ask, RequestID: r.ID.String()})
 		err := s.svc.Store().View(ctx, func(tx store.Tx) error {
 			for _, id := range r.References {

@@ -43,8 +43,6 @@ type delegationPhase struct {
 	// resumed is the agent whose request the restart resumes ("": none;
 	// the others were parked, waiting, and are woken instead).
 	resumed string
-	// skip, if set, names the bug that this phase still shows.
-	skip string
 }
 
 // TestDelegationCrash (issue 7): A asks B; B starts a background task and
@@ -70,15 +68,9 @@ func TestDelegationCrash(t *testing.T) {
 		// The fourth turn start is A's wake (A, B, B's wake, A's wake).
 		{name: "A woken, its turn cut", failpoint: failpoint.TurnStarted + "@4", bGo: true, taskGo: true,
 			rb: "done", rv: delegation.Answered, task: delegation.TaskSucceeded, aWoken: 1, bWoken: 1,
-			outcome: "succeeded", detail: "long-work-done", bTurns: 2, resumed: "coder",
-			skip: "agents: a request resumed after a restart that cut a turn after its first (a wake turn) gets its original ask again " +
-				"(Scheduler.input sends it on every turn but a wake): A asks B a second time (a new delegated request), " +
-				"and its final answer is the copy's, not B's"},
+			outcome: "succeeded", detail: "long-work-done", bTurns: 2, resumed: "coder"},
 	} {
 		t.Run(strings.ReplaceAll(ph.name, " ", "_"), func(t *testing.T) {
-			if ph.skip != "" {
-				t.Skip("bug: " + ph.skip)
-			}
 			t.Parallel()
 			delegationCrash(t, ph)
 		})
