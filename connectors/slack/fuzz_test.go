@@ -1,0 +1,196 @@
+package slack
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/connectors/slack/slacktest"
+)
+
+// Fuzz targets of the events-mode webhooks, through the real handlers of
+// Routes and slack-go's verifier. FuzzEvents and FuzzInteractivity sign
+// every body correctly, so the fuzzer gets past the signature check into the
+// JSON (and form) decoding; FuzzSignature fuzzes the signature headers
+// themselves. Seeds: testdata/fuzz/<target>/, made from slacktest's payloads
+// (the bodies the other tests send) and hand-written edge cases.
+//
+// Socket Mode has no target here: slack-go reads its frames and envelopes;
+// what it hands over goes through fromEventsAPI and fromInteraction, which
+// the two webhook targets reach.
+
+const (
+	fuzzSecret = "fuzz-signing-secret"
+	// fuzzQueue is the inbound queue of the fuzzed connector (one shard).
+	fuzzQueue = 64
+)
+
+// noHandler is the chat.Handler given to Routes. It is never called: the
+// fuzzed connector runs no workers, and each fuzz call takes what its request
+// queued off the queue itself.
+type noHandler struct{}
+
+func (noHandler) Handle(context.Context, chat.Event) chat.Response { return chat.Response{} }
+
+// fuzzConnector returns an events-mode connector whose pool accepts events
+// (as while Run runs) but hands them to no worker, and its webhook routes.
+func fuzzConnector(t testing.TB) (*Connector, map[string]http.Handler) {
+	t.Helper()
+	c, err := New(Options{Mode: ModeEvents, BotToken: "xoxb-fuzz", SigningSecret: fuzzSecret,
+		Log: slog.New(slog.DiscardHandler), Workers: 1, Queue: fuzzQueue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.inbound.mu.Lock()
+	c.inbound.running = true
+	c.inbound.mu.Unlock()
+	return c, c.Routes(noHandler{})
+}
+
+// drain returns the events queued since the last drain.
+func drain(p *pool) []chat.Event {
+	var out []chat.Event
+	for _, q := range p.shards {
+		for len(q) > 0 {
+			out = append(out, (<-q).ev)
+		}
+	}
+	return out
+}
+
+// post serves one webhook request; sign (if not nil) sets its headers.
+func post(h http.Handler, path, contentType string, body []byte, sign func(*http.Request)) int {
+	req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
+	req.Header.Set("Content-Type", contentType)
+	if sign != nil {
+		sign(req)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	return w.Code
+}
+
+// checkOutcome holds for every verified request: the answer is not a server
+// error (503 only when the request filled the queue: Slack redelivers it);
+// a refused request queues nothing; every queued event is one the core can
+// take (respond slices the "slack:" off User; the pool and the router
+// dereference Thread and Click by Kind).
+func checkOutcome(t *testing.T, status int, evs []chat.Event) {
+	t.Helper()
+	busy := status == http.StatusServiceUnavailable && len(evs) == fuzzQueue
+	if status >= 500 && !busy {
+		t.Fatalf("verified body answered %d", status)
+	}
+	if status != http.StatusOK && !busy && len(evs) > 0 {
+		t.Fatalf("answered %d but queued %d events: %+v", status, len(evs), evs)
+	}
+	for _, ev := range evs {
+		checkEvent(t, ev)
+	}
+}
+
+func checkEvent(t *testing.T, ev chat.Event) {
+	t.Helper()
+	if ev.Surface != chat.Slack {
+		t.Fatalf("event of surface %q", ev.Surface)
+	}
+	if user, ok := strings.CutPrefix(ev.User, chat.Slack+":"); !ok || user == "" {
+		t.Fatalf("event user %q: want slack:<id>", ev.User)
+	}
+	switch ev.Kind {
+	case chat.Ask:
+		if ev.Thread != nil || ev.Click != nil {
+			t.Fatalf("ask with a thread or click: %+v", ev)
+		}
+	case chat.Reply:
+		if ev.Thread == nil || ev.Thread.ID == "" || ev.Thread.Surface != chat.Slack || ev.Click != nil {
+			t.Fatalf("reply without its thread: %+v", ev)
+		}
+	case chat.Click:
+		if ev.Click == nil || ev.Click.Message.Surface != chat.Slack {
+			t.Fatalf("click without its action: %+v", ev)
+		}
+		if ev.Thread != nil && ev.Thread.ID == "" {
+			t.Fatalf("click in a thread without an ID: %+v", ev)
+		}
+	default:
+		t.Fatalf("event of kind %q", ev.Kind)
+	}
+}
+
+func signNow(body []byte) func(*http.Request) {
+	return func(r *http.Request) { slacktest.SignRequest(r, body, fuzzSecret, time.Now()) }
+}
+
+// FuzzEvents posts body, correctly signed, to the Events API webhook.
+func FuzzEvents(f *testing.F) {
+	c, routes := fuzzConnector(f)
+	h := routes[EventsPattern]
+	f.Fuzz(func(t *testing.T, body []byte) {
+		status := post(h, "/slack/events", "application/json", body, signNow(body))
+		checkOutcome(t, status, drain(c.inbound))
+	})
+}
+
+// FuzzInteractivity posts body, correctly signed, to the interactivity
+// webhook as a form (Slack sends payload=<JSON>).
+func FuzzInteractivity(f *testing.F) {
+	c, routes := fuzzConnector(f)
+	h := routes[InteractivityPattern]
+	f.Fuzz(func(t *testing.T, body []byte) {
+		status := post(h, "/slack/interactivity", "application/x-www-form-urlencoded", body, signNow(body))
+		checkOutcome(t, status, drain(c.inbound))
+	})
+}
+
+// FuzzSignature posts body to either webhook with fuzzed signature headers:
+// timestamp and signature as given, or, when signature is "sign", the right
+// signature of body for a timestamp offset seconds from now. Only the right
+// signature within Slack's five minutes gets past the check, and a refused
+// request queues nothing.
+func FuzzSignature(f *testing.F) {
+	c, routes := fuzzConnector(f)
+	f.Fuzz(func(t *testing.T, interactive bool, body []byte, timestamp, signature string, offset int64) {
+		path, ct, h := "/slack/events", "application/json", routes[EventsPattern]
+		if interactive {
+			path, ct, h = "/slack/interactivity", "application/x-www-form-urlencoded", routes[InteractivityPattern]
+		}
+		signed := signature == "sign"
+		offset %= 1 << 40 // stays a valid time
+		status := post(h, path, ct, body, func(r *http.Request) {
+			if signed {
+				slacktest.SignRequest(r, body, fuzzSecret, time.Now().Add(time.Duration(offset)*time.Second))
+				return
+			}
+			if timestamp != "" {
+				r.Header.Set("X-Slack-Request-Timestamp", timestamp)
+			}
+			if signature != "" {
+				r.Header.Set("X-Slack-Signature", signature)
+			}
+		})
+		evs := drain(c.inbound)
+		// A second either side of the window edge may go either way.
+		fresh := offset > -299 && offset < 299
+		stale := offset < -301 || offset > 301
+		switch {
+		case !signed || stale:
+			if status != http.StatusUnauthorized || len(evs) > 0 {
+				t.Fatalf("signed %v, offset %ds (timestamp %q, signature %q): %d and %d events, want 401 and none",
+					signed, offset, timestamp, signature, status, len(evs))
+			}
+		case fresh:
+			if status == http.StatusUnauthorized {
+				t.Fatalf("right signature %s ago refused", strconv.FormatInt(-offset, 10)+"s")
+			}
+			checkOutcome(t, status, evs)
+		}
+	})
+}
