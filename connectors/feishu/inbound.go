@@ -26,6 +26,11 @@ const maxToast = 200
 // error makes Feishu deliver it again later.
 var errNoHandler = errors.New("feishu: not ready for events yet")
 
+// errUnsureMention: a message mentions someone, and without the bot's open_id
+// the connector cannot tell whether it is the bot; the error makes Feishu
+// deliver the message again later.
+var errUnsureMention = errors.New("feishu: cannot tell whether a message mentions the bot: its open_id is unknown")
+
 // onMessage handles im.message.receive_v1: a mention of the bot (or a direct
 // message to it) is an ask, a message in a topic is a reply to the request
 // whose card roots the topic. It returns within the ack budget.
@@ -89,7 +94,7 @@ func (c *Connector) toEvent(ctx context.Context, ev *larkim.P2MessageReceiveV1) 
 	}
 	if unsure && !mentioned && str(msg.RootId) == "" && str(msg.ChatType) != "p2p" {
 		// Erring either way is wrong: fail, and Feishu delivers it again.
-		return in, false, false, fmt.Errorf("feishu: cannot tell whether message %s mentions the bot: its open_id is unknown", str(msg.MessageId))
+		return in, false, false, fmt.Errorf("%w (message %s)", errUnsureMention, str(msg.MessageId))
 	}
 	in = chat.Event{
 		Surface: chat.Feishu,
