@@ -2,6 +2,7 @@ package slacktest
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,7 +48,10 @@ type Message struct {
 	BlocksJSON json.RawMessage // current blocks as sent, nil if never sent
 	Blocks     []slack.Block   // BlocksJSON parsed by slack-go
 	Broadcast  bool            // reply_broadcast=true
-	Updates    []Revision      // content after each chat.update, oldest first
+	// Metadata is the message metadata as sent (chat.postMessage's or chat.update's "metadata"), nil if
+	// none. conversations.history and conversations.replies return it only with include_all_metadata.
+	Metadata *slack.SlackMetadata
+	Updates  []Revision // content after each chat.update, oldest first
 }
 
 // Revision is the content of a message after one chat.update.
@@ -68,7 +72,7 @@ type rate struct {
 type options struct {
 	botToken, appToken string
 	now                func() time.Time
-	post, update       rate
+	post, update, read rate
 	strictEdits        bool
 	ping               time.Duration
 }
@@ -83,7 +87,7 @@ func Clock(now func() time.Time) Option { return func(o *options) { o.now = now 
 // to burst messages (GCRA). every <= 0 disables it. Default: 1 per second, burst 1 — stricter than
 // Slack, which tolerates short bursts, so a connector without a per-channel pacer fails on its first
 // parent+reply; a pacer that waits 1 s after the previous call returned never trips it, even on a
-// real clock. Only chat.postMessage and chat.update are limited.
+// real clock. Only chat.postMessage, chat.update and the reads (ReadLimit) are limited.
 func PostMessageLimit(every time.Duration, burst int) Option {
 	return func(o *options) { o.post = rate{every, max(burst, 1)} }
 }
@@ -92,6 +96,12 @@ func PostMessageLimit(every time.Duration, burst int) Option {
 // Default: one per 1.2 s, burst 50, i.e. Tier 3's "50+ per minute" read as a per-minute budget.
 func UpdateLimit(every time.Duration, burst int) Option {
 	return func(o *options) { o.update = rate{every, max(burst, 1)} }
+}
+
+// ReadLimit sets the per-app limit of each of conversations.history and conversations.replies (Tier 3,
+// counted per method). every <= 0 disables it. Default: one per 1.2 s, burst 50, like UpdateLimit.
+func ReadLimit(every time.Duration, burst int) Option {
+	return func(o *options) { o.read = rate{every, max(burst, 1)} }
 }
 
 // StrictEditSpacing makes chat.update of one message less than 1 s after its previous update a 429
@@ -139,7 +149,7 @@ func NewServer(opts ...Option) *Server {
 	s := &Server{
 		opts: options{
 			botToken: DefaultBotToken, appToken: DefaultAppToken, now: time.Now,
-			post: rate{time.Second, 1}, update: rate{time.Minute / 50, 50},
+			post: rate{time.Second, 1}, update: rate{time.Minute / 50, 50}, read: rate{time.Minute / 50, 50},
 			strictEdits: true, ping: 5 * time.Second,
 		},
 		changed: make(chan struct{}), byKey: map[key]*Message{}, opened: map[string]bool{},
@@ -292,6 +302,10 @@ func (m *Message) clone() Message {
 	c.BlocksJSON = append(json.RawMessage(nil), m.BlocksJSON...)
 	c.Blocks = append([]slack.Block(nil), m.Blocks...)
 	c.Updates = append([]Revision(nil), m.Updates...)
+	if m.Metadata != nil {
+		md := *m.Metadata
+		c.Metadata = &md
+	}
 	return c
 }
 
@@ -401,6 +415,14 @@ func (s *Server) dispatchLocked(method string, r *http.Request) reply {
 		return reply{body: map[string]any{"message_ts": m.TS}}
 	case "conversations.open":
 		return s.openLocked(f)
+	case "conversations.history", "conversations.replies":
+		if rep, ok := s.limitLocked(now, limit{"read:" + method, s.opts.read}); !ok {
+			return rep
+		}
+		if method == "conversations.history" {
+			return s.historyLocked(f)
+		}
+		return s.repliesLocked(f)
 	case "apps.connections.open":
 		return reply{body: map[string]any{"url": s.issueTicketLocked()}}
 	}
@@ -423,6 +445,13 @@ func (s *Server) parseLocked(f url.Values) (Message, string) {
 		}
 		m.BlocksJSON, m.Blocks = json.RawMessage(raw), bs.BlockSet
 	}
+	if raw, ok := f["metadata"]; ok {
+		var md slack.SlackMetadata
+		if err := json.Unmarshal([]byte(raw[0]), &md); err != nil || md.EventType == "" || md.EventPayload == nil {
+			return m, "invalid_metadata_format"
+		}
+		m.Metadata = &md
+	}
 	if m.ThreadTS != "" && !s.isParentLocked(m.Channel, m.ThreadTS) {
 		return m, "thread_not_found"
 	}
@@ -442,7 +471,7 @@ func (s *Server) postMessageLocked(f url.Values, now time.Time) reply {
 	}
 	m.TS, m.User, m.Broadcast = s.nextTSLocked(), BotUserID, f.Get("reply_broadcast") == "true"
 	s.addLocked(&m)
-	return reply{body: map[string]any{"channel": m.Channel, "ts": m.TS, "message": wireMessage(&m)}}
+	return reply{body: map[string]any{"channel": m.Channel, "ts": m.TS, "message": wireMessage(&m, true)}}
 }
 
 func (s *Server) updateLocked(f url.Values, now time.Time) reply {
@@ -470,8 +499,11 @@ func (s *Server) updateLocked(f url.Values, now time.Time) reply {
 	if _, ok := f["blocks"]; ok {
 		m.BlocksJSON, m.Blocks = upd.BlocksJSON, upd.Blocks
 	}
+	if upd.Metadata != nil {
+		m.Metadata = upd.Metadata
+	}
 	m.Updates = append(m.Updates, Revision{Text: m.Text, BlocksJSON: m.BlocksJSON, At: now})
-	return reply{body: map[string]any{"channel": m.Channel, "ts": m.TS, "text": m.Text, "message": wireMessage(m)}}
+	return reply{body: map[string]any{"channel": m.Channel, "ts": m.TS, "text": m.Text, "message": wireMessage(m, true)}}
 }
 
 func (s *Server) openLocked(f url.Values) reply {
@@ -487,16 +519,169 @@ func (s *Server) openLocked(f url.Values) reply {
 	return reply{body: map[string]any{"channel": map[string]any{"id": id, "is_im": id[0] == 'D'}, "already_open": already}}
 }
 
-// wireMessage is the "message" object Slack returns from chat.postMessage and chat.update.
-func wireMessage(m *Message) map[string]any {
-	w := map[string]any{"type": "message", "user": m.User, "bot_id": BotID, "app_id": AppID, "text": m.Text, "ts": m.TS}
+// wireMessage is the message object Slack returns from chat.postMessage and chat.update, and in the
+// messages of conversations.history and conversations.replies; metadata says whether it carries the
+// message's metadata (the reads: only with include_all_metadata).
+func wireMessage(m *Message, metadata bool) map[string]any {
+	w := map[string]any{"type": "message", "user": m.User, "text": m.Text, "ts": m.TS}
+	if m.User == BotUserID {
+		w["bot_id"], w["app_id"] = BotID, AppID
+	}
 	if m.ThreadTS != "" {
 		w["thread_ts"] = m.ThreadTS
+		if m.Broadcast {
+			w["subtype"] = "thread_broadcast"
+		}
 	}
 	if m.BlocksJSON != nil {
 		w["blocks"] = m.BlocksJSON
 	}
+	if metadata && m.Metadata != nil {
+		w["metadata"] = m.Metadata
+	}
 	return w
+}
+
+// historyLocked is conversations.history: the channel's top-level messages (and thread broadcasts)
+// between oldest and latest, newest first, limit (default 100, at most 999) to a page; the cursor of
+// the next page names the last ts returned.
+func (s *Server) historyLocked(f url.Values) reply {
+	channel := f.Get("channel")
+	if channel == "" {
+		return fail("channel_not_found")
+	}
+	q, code := parseRead(f, 100, 999)
+	if code != "" {
+		return fail(code)
+	}
+	var page []map[string]any
+	more := false
+	for i := len(s.msgs) - 1; i >= 0; i-- {
+		m := s.msgs[i]
+		if m.Channel != channel || (m.ThreadTS != "" && !m.Broadcast) || !q.inRange(m.TS) ||
+			(q.after >= 0 && tsMicros(m.TS) >= q.after) {
+			continue
+		}
+		if len(page) == q.limit {
+			more = true
+			break
+		}
+		page = append(page, wireMessage(m, q.metadata))
+	}
+	return readReply(page, more)
+}
+
+// repliesLocked is conversations.replies: the thread of ts (the parent, then its replies, oldest
+// first) between oldest and latest, limit (default and most 1000) to a page; ts may name a reply of
+// the thread. The cursor of the next page names the last ts returned.
+func (s *Server) repliesLocked(f url.Values) reply {
+	channel, ts := f.Get("channel"), f.Get("ts")
+	root, ok := s.byKey[key{channel, ts}]
+	if !ok {
+		return fail("thread_not_found")
+	}
+	if root.ThreadTS != "" {
+		ts = root.ThreadTS
+	}
+	q, code := parseRead(f, 1000, 1000)
+	if code != "" {
+		return fail(code)
+	}
+	var page []map[string]any
+	more := false
+	for _, m := range s.msgs {
+		if m.Channel != channel || (m.TS != ts && m.ThreadTS != ts) || !q.inRange(m.TS) ||
+			(q.after >= 0 && tsMicros(m.TS) <= q.after) {
+			continue
+		}
+		if len(page) == q.limit {
+			more = true
+			break
+		}
+		page = append(page, wireMessage(m, q.metadata))
+	}
+	return readReply(page, more)
+}
+
+// read is the common arguments of conversations.history and conversations.replies.
+type read struct {
+	oldest, latest int64 // microseconds; latest < 0: now
+	inclusive      bool
+	limit          int
+	metadata       bool  // include_all_metadata
+	after          int64 // the cursor's ts (the last one of the previous page), -1 if none
+}
+
+func parseRead(f url.Values, def, most int) (read, string) {
+	q := read{latest: -1, after: -1, limit: def, inclusive: isTrue(f.Get("inclusive")),
+		metadata: isTrue(f.Get("include_all_metadata"))}
+	if v := f.Get("oldest"); v != "" {
+		if q.oldest = tsMicros(v); q.oldest < 0 {
+			return q, "invalid_ts_oldest"
+		}
+	}
+	if v := f.Get("latest"); v != "" {
+		if q.latest = tsMicros(v); q.latest < 0 {
+			return q, "invalid_ts_latest"
+		}
+	}
+	if v := f.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return q, "invalid_limit"
+		}
+		q.limit = min(n, most)
+	}
+	if c := f.Get("cursor"); c != "" {
+		b, err := base64.StdEncoding.DecodeString(c)
+		ts, ok := strings.CutPrefix(string(b), "next_ts:")
+		if q.after = tsMicros(ts); err != nil || !ok || q.after < 0 {
+			return q, "invalid_cursor"
+		}
+	}
+	return q, ""
+}
+
+func (q read) inRange(ts string) bool {
+	t := tsMicros(ts)
+	if q.inclusive {
+		return t >= q.oldest && (q.latest < 0 || t <= q.latest)
+	}
+	return t > q.oldest && (q.latest < 0 || t < q.latest)
+}
+
+// readReply is a page of messages, with the cursor of the next one when there is more.
+func readReply(page []map[string]any, more bool) reply {
+	body := map[string]any{"messages": page, "has_more": more}
+	if page == nil {
+		body["messages"] = []any{}
+	}
+	if more {
+		last := page[len(page)-1]["ts"].(string)
+		body["response_metadata"] = map[string]any{"next_cursor": base64.StdEncoding.EncodeToString([]byte("next_ts:" + last))}
+	}
+	return reply{body: body}
+}
+
+func isTrue(v string) bool { return v == "1" || v == "true" }
+
+// tsMicros parses a Slack ts ("1700000000.000100", or whole seconds) into microseconds; -1 if it
+// is not one.
+func tsMicros(ts string) int64 {
+	sec, frac, _ := strings.Cut(ts, ".")
+	s, err := strconv.ParseInt(sec, 10, 64)
+	if err != nil || s < 0 || len(frac) > 6 {
+		return -1
+	}
+	var us int64
+	if frac != "" {
+		f, err := strconv.ParseInt(frac+strings.Repeat("0", 6-len(frac)), 10, 64)
+		if err != nil || f < 0 {
+			return -1
+		}
+		us = f
+	}
+	return s*1e6 + us
 }
 
 type limit struct {
