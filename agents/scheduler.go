@@ -382,7 +382,6 @@ func (s *Scheduler) park(ctx context.Context, r *requests.Request, waiting bool,
 // cancel keeps the reason recorded when it was asked; a stop that nobody
 // asked for is a failure.
 func (s *Scheduler) end(ctx context.Context, id requests.ID, ev requests.Event, reason, result string, got []inboxItem) error {
-	defer failpoint.Hit(failpoint.RequestEnded) // after the transaction below returned
 	acked := map[string]bool{}
 	for _, it := range got {
 		acked[it.key] = true
@@ -411,6 +410,7 @@ func (s *Scheduler) end(ctx context.Context, id requests.ID, ev requests.Event, 
 		if err != nil {
 			return err
 		}
+		failpoint.AtCommit(tx, failpoint.RequestEnded)
 		if err := tx.Delete(bucketParked, requestKey(r)); err != nil {
 			return err
 		}

@@ -332,7 +332,6 @@ func (s *Service) finish(t *Task, state, reason, output string) {
 		_, err := s.EndTaskTx(tx, t.Owner, t.ID, state, reason, output)
 		return err
 	})
-	failpoint.Hit(failpoint.TaskEnded)
 	if err != nil {
 		s.log.ErrorContext(ctx, "recording a task's end", "task_id", t.ID, "request_id", t.Request.String(), "error", err)
 	}
@@ -357,6 +356,7 @@ func (s *Service) EndTaskTx(tx store.Tx, owner, id, state, reason, output string
 		return false, err
 	}
 	tx.Notify(topicTasks)
+	failpoint.AtCommit(tx, failpoint.TaskEnded)
 	if !t.Run.IsZero() {
 		rt, err := s.svc.GetTx(tx, t.Run)
 		if err != nil {

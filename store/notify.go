@@ -1,6 +1,10 @@
 package store
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/roombridge/roombridge/internal/failpoint"
+)
 
 // Notifier fans commit notifications out to subscribers by topic. Backends
 // embed one and call Publish after each commit. Signals coalesce: a slow
@@ -34,6 +38,7 @@ func (n *Notifier) Subscribe(topic string) (<-chan struct{}, func()) {
 
 // Publish signals every subscriber of the given topics.
 func (n *Notifier) Publish(topics ...string) {
+	failpoint.Committed(topics) // crash tests: killed after a commit, before anyone hears of it
 	if len(topics) == 0 {
 		return
 	}

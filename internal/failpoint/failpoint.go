@@ -1,6 +1,10 @@
 // Package failpoint lets crash tests kill the bridge at exact points of its
 // work: between a commit and what follows it, where a SIGKILL from outside
-// would land only by luck. It exists for those tests (cmd/bridge's
+// would land only by luck. Hit kills where it is called; AtCommit kills
+// when the transaction that called it commits, before anyone (not even
+// the caller of Update) hears of the commit: the store hands each
+// committed transaction's topics to Committed before it signals a
+// subscriber. It exists for those tests (cmd/bridge's
 // delegation crash test, and issue 9's crash-anywhere test) and is inert
 // unless the environment variable ROOMBRIDGE_FAILPOINTS is set: then Hit
 // costs one nil map check.
@@ -14,20 +18,19 @@
 //
 // The failpoints (names are stable: tests refer to them):
 //
-//	turn_started   agents/scheduler.go (Scheduler.run): right after the
-//	               transaction that starts, resumes or wakes a request for
-//	               a turn committed, before its agent runs.
-//	task_ended     delegation/tasks.go (Service.finish): right after the
-//	               transaction that records a background task's end (its
-//	               result queued in its request's inbox) returned
-//	               (committed or not), before that request's agent is
-//	               woken.
-//	request_ended  agents/scheduler.go (Scheduler.end): right after the
-//	               transaction that ends a request after its turn (final
-//	               answer, failure or stop) returned (committed or not).
-//	               For a delegated request, that transaction also closed
-//	               the rendezvous and queued the answer in the asker's
-//	               inbox: a hit there is "B answered, A not yet woken".
+//	turn_started   (Hit) agents/scheduler.go, Scheduler.run: right after
+//	               the transaction that starts, resumes or wakes a request
+//	               for a turn committed, before its agent runs.
+//	task_ended     (AtCommit) delegation/tasks.go, Service.EndTaskTx: at
+//	               the commit of a transaction that ended a background task
+//	               (its result queued in its request's inbox), before that
+//	               request's agent can be woken. One hit per commit.
+//	request_ended  (AtCommit) agents/scheduler.go, Scheduler.end: at the
+//	               commit of the transaction that ends a request after its
+//	               turn (final answer, failure or stop). For a delegated
+//	               request, that transaction also closed the rendezvous and
+//	               queued the answer in the asker's inbox: a hit there is
+//	               "B answered, A not yet woken".
 package failpoint
 
 import (
@@ -91,6 +94,34 @@ func parse(spec string) (map[string]*point, error) {
 		out[name] = &point{at: at}
 	}
 	return out, nil
+}
+
+// topicPrefix prefixes the notification topics of AtCommit.
+const topicPrefix = "failpoint:"
+
+// AtCommit arms failpoint name for the commit of transaction tx (a
+// store.Tx): if name is armed, tx notifies a topic of it, and the store
+// hits it once tx has committed, before it signals any subscriber (see
+// Committed). It does nothing when name is not armed.
+func AtCommit(tx interface{ Notify(topic string) }, name string) {
+	if armed == nil || armed[name] == nil {
+		return
+	}
+	tx.Notify(topicPrefix + name)
+}
+
+// Committed hits the failpoints that a committed transaction's topics name
+// (see AtCommit). Store backends call it, through store.Notifier.Publish,
+// after each commit and before they signal its subscribers.
+func Committed(topics []string) {
+	if armed == nil {
+		return
+	}
+	for _, t := range topics {
+		if name, ok := strings.CutPrefix(t, topicPrefix); ok {
+			Hit(name)
+		}
+	}
 }
 
 // Hit marks failpoint name: if it is armed and this is the hit it waits

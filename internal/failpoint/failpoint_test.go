@@ -80,3 +80,26 @@ func TestUnarmed(t *testing.T) {
 	}
 	Hit(TaskEnded)
 }
+
+// notes records notified topics, as a store transaction does.
+type notes []string
+
+func (n *notes) Notify(topic string) { *n = append(*n, topic) }
+
+// TestAtCommit: an armed failpoint adds its topic to the transaction (and
+// Committed then hits it); one not armed adds nothing.
+func TestAtCommit(t *testing.T) {
+	saved := armed
+	t.Cleanup(func() { armed = saved })
+	armed = map[string]*point{"x": {at: 2}}
+	var tx notes
+	AtCommit(&tx, "y")
+	AtCommit(&tx, "x")
+	if len(tx) != 1 || tx[0] != "failpoint:x" {
+		t.Fatalf("topics %q", tx)
+	}
+	Committed(append(tx, "other")) // the first hit of x@2: nothing happens
+	if n := armed["x"].hits.Load(); n != 1 {
+		t.Fatalf("x hit %d times", n)
+	}
+}
