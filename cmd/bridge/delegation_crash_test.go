@@ -48,7 +48,8 @@ type delegationPhase struct {
 // TestDelegationCrash (issue 7): A asks B; B starts a background task and
 // yields; the task's end wakes B, whose final answer wakes A. The bridge is
 // SIGKILLed in each phase (B running; B waiting on its task; the task ended
-// but B not yet woken; B answered but A not yet woken) and started again on
+// but B not yet woken; B answered but A not yet woken; and A woken but its
+// turn not yet run) and started again on
 // the same store: A still gets B's final answer, exactly once, in one
 // further turn; no request, task or ID is doubled; the audit shows the
 // interruption and the resume, not a copy.
