@@ -129,6 +129,12 @@ agents:
 
 	p := startBridge(t, dir, nil, args...)
 	base := waitAPI(t, p, data)
+	// The API serves before the leader's work (the connectors) starts: a
+	// webhook before that is refused, for the platform to deliver again.
+	waitStderr(t, p, "connected to Slack")
+	if feishuMode == feishu.ModeCallback {
+		waitStderr(t, p, "feishu: receiving events over HTTP")
+	}
 	apiToken := secrets["http.api_token"]
 
 	// Slack: a mention, and (events mode) a forged webhook.
