@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -31,15 +32,57 @@ const (
 	parallelQueues = 8
 )
 
+// Finder is a Connector whose platform takes no idempotency key (Slack):
+// each of its posts carries the message's IdempotencyKey (Slack: in the
+// message metadata), and FindPosted looks for it. Before the outbox posts an
+// effect in doubt (one that may have been posted without being recorded), it
+// asks; a message found is recorded exactly as if it had just been posted,
+// and nothing is posted.
+type Finder interface {
+	// FindPosted returns the message posted with l.Key where l says, or
+	// false. A thread parent found also names its thread: the thread's ID is
+	// the parent's message ID.
+	FindPosted(ctx context.Context, l Lookup) (chat.MessageRef, bool, error)
+}
+
+// Lookup is a post to look for: its key, when its effect was enqueued, and
+// where it would be (Channel, Thread or User).
+type Lookup struct {
+	// Key is the message's IdempotencyKey.
+	Key string
+	// Since is when the effect was enqueued (wall clock): the post is not
+	// older (give or take the clocks' skew). Zero: unknown.
+	Since time.Time
+	// Channel: a top-level message of this channel (a thread's parent).
+	Channel string
+	// Thread: a reply in this thread.
+	Thread *chat.ThreadRef
+	// User: a direct message to this user (the surface's user ID).
+	User string
+}
+
 // Deliverer sends outbox effects through the connectors: in order within a
 // thread, threads in parallel, each success recorded (message refs saved,
 // effect removed) in one transaction; failures retried with back-off and
 // audited.
+//
+// An effect is in doubt when its post may have gone out without being
+// recorded: the first pending effect of each thread when a term begins (an
+// earlier process or leader may have posted it and stopped before recording
+// it; the effects behind it were never tried, since a thread's effects are
+// tried in order, each recorded before the next), and an effect whose last
+// attempt failed without the platform saying it posted nothing (only a rate
+// limit says so). Through a Finder connector, an effect in doubt is looked
+// for before it is posted; all other deliveries make no lookup.
 type Deliverer struct {
 	store      store.Store
 	connectors map[string]chat.Connector
 	clock      clock.Clock
 	log        *slog.Logger
+
+	mu      sync.Mutex
+	doubt   map[uint64]bool // seq → in doubt
+	newTerm bool            // the next round puts the head of each thread in doubt
 
 	// OnDelivered, if set, is told of each effect delivered: its surface
 	// and the time since it was enqueued (metrics). Set it before Run.
@@ -52,12 +95,19 @@ func NewDeliverer(s store.Store, c clock.Clock, log *slog.Logger, connectors ...
 	for _, cn := range connectors {
 		m[cn.Surface()] = cn
 	}
-	return &Deliverer{store: s, connectors: m, clock: c, log: log}
+	return &Deliverer{store: s, connectors: m, clock: c, log: log, doubt: map[uint64]bool{}, newTerm: true}
 }
 
 // Run delivers until ctx ends, woken by outbox notifications and back-off
-// deadlines (no polling).
-func (d *Deliverer) Run(ctx context.Context) error { return d.loop(ctx, false) }
+// deadlines (no polling). Each Run begins a term (a leader's): the effects
+// that were first of their thread when it starts are in doubt. Flush after
+// Run continues its term.
+func (d *Deliverer) Run(ctx context.Context) error {
+	d.mu.Lock()
+	d.newTerm = true
+	d.mu.Unlock()
+	return d.loop(ctx, false)
+}
 
 // Flush delivers until the outbox is empty (nil) or ctx ends (an error
 // saying how many effects are left): a graceful shutdown bounds it by its
@@ -145,6 +195,7 @@ func (d *Deliverer) DeliverOnce(ctx context.Context) (time.Time, error) {
 	}); err != nil {
 		return time.Time{}, fmt.Errorf("threads: outbox: %w", err)
 	}
+	d.markHeads(pending)
 	now := d.clock.Now()
 	var next time.Time
 	queues := map[string][]store.Effect{}
@@ -196,6 +247,54 @@ func (d *Deliverer) DeliverOnce(ctx context.Context) (time.Time, error) {
 	return next, nil
 }
 
+// markHeads, in the first round of a term, puts in doubt the first pending
+// effect of each thread that posts (an update is safe to repeat).
+func (d *Deliverer) markHeads(pending []store.Effect) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.newTerm {
+		return
+	}
+	d.newTerm = false
+	seen := map[string]bool{}
+	for _, se := range pending {
+		if seen[se.Queue] {
+			continue
+		}
+		seen[se.Queue] = true
+		var e struct {
+			Op Op `json:"op"`
+		}
+		if json.Unmarshal(se.Payload, &e) == nil && e.Op != OpUpdate {
+			d.doubt[se.Seq] = true
+		}
+	}
+}
+
+// setDoubt records whether effect seq is in doubt.
+func (d *Deliverer) setDoubt(seq uint64, in bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if in {
+		d.doubt[seq] = true
+	} else {
+		delete(d.doubt, seq)
+	}
+}
+
+func (d *Deliverer) inDoubt(seq uint64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.doubt[seq]
+}
+
+// effectKey is the idempotency key of an effect enqueued without one (a
+// reply): the same at every delivery, and unique across outboxes (its
+// sequence number and enqueue time: a store made anew counts from 1 again).
+func effectKey(surface string, se store.Effect) string {
+	return surface + "/outbox/" + strconv.FormatUint(se.Seq, 10) + "-" + strconv.FormatInt(se.Created.UnixMicro(), 36)
+}
+
 // deliver sends one effect. It reports false, with the retry time, when the
 // effect stays in the outbox.
 func (d *Deliverer) deliver(ctx context.Context, se store.Effect) (time.Time, bool) {
@@ -204,13 +303,16 @@ func (d *Deliverer) deliver(ctx context.Context, se store.Effect) (time.Time, bo
 		d.drop(ctx, se, e, fmt.Errorf("%w: undecodable effect: %v", ErrPermanent, err))
 		return time.Time{}, true
 	}
+	if e.Message.IdempotencyKey == "" {
+		e.Message.IdempotencyKey = effectKey(e.Surface, se)
+	}
 	log := d.log.With("request_id", e.Request, "surface", e.Surface, "op", string(e.Op), "seq", se.Seq)
 	conn, ok := d.connectors[e.Surface]
 	if !ok {
 		d.drop(ctx, se, e, fmt.Errorf("%w: no connector for surface %q", ErrPermanent, e.Surface))
 		return time.Time{}, true
 	}
-	save, err := d.send(ctx, conn, e)
+	save, err := d.send(ctx, conn, e, d.finder(ctx, log, conn, se, e))
 	if err == nil {
 		err = d.store.Update(ctx, func(tx store.Tx) error {
 			if save != nil {
@@ -221,6 +323,7 @@ func (d *Deliverer) deliver(ctx context.Context, se store.Effect) (time.Time, bo
 			return store.AckEffect(tx, se)
 		})
 		if err == nil {
+			d.setDoubt(se.Seq, false)
 			if d.OnDelivered != nil && !se.Created.IsZero() {
 				d.OnDelivered(e.Surface, time.Since(se.Created))
 			}
@@ -231,13 +334,19 @@ func (d *Deliverer) deliver(ctx context.Context, se store.Effect) (time.Time, bo
 		d.drop(ctx, se, e, err)
 		return time.Time{}, true
 	}
+	var ra *chat.RetryAfterError
+	limited := errors.As(err, &ra)
+	if !limited && e.Op != OpUpdate {
+		// The post may have gone out (a timeout, a lost answer, a failed
+		// record): the next attempt looks for it first.
+		d.setDoubt(se.Seq, true)
+	}
 	if ctx.Err() != nil {
 		return time.Time{}, false
 	}
 	se.Attempts++
 	backoff := min(minBackoff<<min(se.Attempts-1, 16), maxBackoff)
-	var ra *chat.RetryAfterError
-	if errors.As(err, &ra) {
+	if limited {
 		backoff = ra.After // the platform said when: not sooner, not later
 	}
 	se.NotBefore = d.clock.Now().Add(backoff)
@@ -246,6 +355,7 @@ func (d *Deliverer) deliver(ctx context.Context, se store.Effect) (time.Time, bo
 	uerr := d.store.Update(ctx, func(tx store.Tx) error {
 		if err := store.UpdateEffect(tx, se); err != nil {
 			if isNotFound(err) { // coalesced away meanwhile
+				d.setDoubt(se.Seq, false)
 				return nil
 			}
 			return err
@@ -261,8 +371,39 @@ func (d *Deliverer) deliver(ctx context.Context, se store.Effect) (time.Time, bo
 	return se.NotBefore, false
 }
 
-// send performs the effect and returns what to record with its ack.
-func (d *Deliverer) send(ctx context.Context, conn chat.Connector, e Effect) (func(store.Tx) error, error) {
+// findFunc looks for the post of an effect in doubt (see finder).
+type findFunc func(Lookup) (chat.MessageRef, bool, error)
+
+// finder returns how send looks for the post of effect se before it posts:
+// through conn's Finder when se is in doubt, else not at all. A lookup that
+// fails is logged and counts as not found (the effect is posted: at least
+// once), except for a rate limit or the end of ctx, which delay the delivery
+// (the lookup is made again at the next attempt).
+func (d *Deliverer) finder(ctx context.Context, log *slog.Logger, conn chat.Connector, se store.Effect, e Effect) findFunc {
+	f, ok := conn.(Finder)
+	if !ok || !d.inDoubt(se.Seq) {
+		return func(Lookup) (chat.MessageRef, bool, error) { return chat.MessageRef{}, false, nil }
+	}
+	return func(l Lookup) (chat.MessageRef, bool, error) {
+		l.Key, l.Since = e.Message.IdempotencyKey, se.Created
+		ref, found, err := f.FindPosted(ctx, l)
+		var ra *chat.RetryAfterError
+		switch {
+		case err != nil && (errors.As(err, &ra) || ctx.Err() != nil):
+			return chat.MessageRef{}, false, err
+		case err != nil:
+			log.WarnContext(ctx, "looking for a post in doubt failed; posting it", "error", err, "key", l.Key)
+			return chat.MessageRef{}, false, nil
+		case found:
+			log.InfoContext(ctx, "a post in doubt had gone out; recording it instead of posting again", "key", l.Key, "message", ref.ID)
+		}
+		return ref, found, nil
+	}
+}
+
+// send performs the effect and returns what to record with its ack; find
+// first looks for a post in doubt.
+func (d *Deliverer) send(ctx context.Context, conn chat.Connector, e Effect, find findFunc) (func(store.Tx) error, error) {
 	switch e.Op {
 	case OpThread:
 		var exists bool
@@ -279,9 +420,17 @@ func (d *Deliverer) send(ctx context.Context, conn chat.Connector, e Effect) (fu
 		if exists {
 			return nil, nil // the parent was posted and recorded: never post it again
 		}
-		tref, mref, err := conn.StartThread(ctx, e.Channel, e.Message)
-		if err != nil {
+		mref, found, err := find(Lookup{Channel: e.Channel})
+		var tref chat.ThreadRef
+		switch {
+		case err != nil:
 			return nil, err
+		case found:
+			tref = chat.ThreadRef{Surface: e.Surface, Channel: mref.Channel, ID: mref.ID}
+		default:
+			if tref, mref, err = conn.StartThread(ctx, e.Channel, e.Message); err != nil {
+				return nil, err
+			}
 		}
 		return func(tx store.Tx) error {
 			if err := saveThreadRef(tx, e.Request, tref); err != nil {
@@ -301,7 +450,10 @@ func (d *Deliverer) send(ctx context.Context, conn chat.Connector, e Effect) (fu
 			}
 			return nil, err
 		}
-		mref, err := conn.Reply(ctx, tref, e.Message)
+		mref, found, err := find(Lookup{Thread: &tref})
+		if err == nil && !found {
+			mref, err = conn.Reply(ctx, tref, e.Message)
+		}
 		if err != nil || e.Save == "" {
 			return nil, err
 		}
@@ -324,7 +476,10 @@ func (d *Deliverer) send(ctx context.Context, conn chat.Connector, e Effect) (fu
 		if !ok {
 			return nil, fmt.Errorf("%w: %s cannot send direct messages", ErrPermanent, e.Surface)
 		}
-		mref, err := dm.Direct(ctx, e.User, e.Message)
+		mref, found, err := find(Lookup{User: e.User})
+		if err == nil && !found {
+			mref, err = dm.Direct(ctx, e.User, e.Message)
+		}
 		if err != nil || e.Save == "" {
 			return nil, err
 		}
@@ -335,6 +490,7 @@ func (d *Deliverer) send(ctx context.Context, conn chat.Connector, e Effect) (fu
 
 // drop removes an effect that can never be delivered, with an audit record.
 func (d *Deliverer) drop(ctx context.Context, se store.Effect, e Effect, cause error) {
+	d.setDoubt(se.Seq, false)
 	d.log.ErrorContext(ctx, "dropping undeliverable effect", "request_id", e.Request, "seq", se.Seq, "error", cause)
 	err := d.store.Update(ctx, func(tx store.Tx) error {
 		if err := store.AckEffect(tx, se); err != nil {
