@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"path"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -24,7 +26,7 @@ import (
 // A burst of 100 requests into one channel: the fake enforces its limits
 // (one post per channel per fakePost, chat.update budget, one edit per
 // message per second) and answers no 429, and every parent and reply arrives
-// exactly once, in order in its thread.
+// exactly once, in order in its thread, without a single lookup.
 func TestBurstIntoOneChannel(t *testing.T) {
 	const n = 100
 	ags := []string{"a1", "a2", "a3", "a4"}
@@ -61,18 +63,22 @@ func TestBurstIntoOneChannel(t *testing.T) {
 			t.Errorf("%s: %d answers 429", m, k)
 		}
 	}
+	if hist, rep := h.lookups(); hist+rep != 0 {
+		t.Errorf("%d conversations.history and %d conversations.replies calls: normal posts make no lookup", hist, rep)
+	}
 	t.Logf("%d posts, %d updates", h.fake.Calls("chat.postMessage"), h.fake.Calls("chat.update"))
 }
 
-// tripwire is a transport that "crashes" the bridge once: right after Slack
-// answered the post it matches, before the outbox can record it, it closes
-// the store.
+// tripwire is a transport that "crashes" the bridge once, at the first Web
+// API call it matches: right after Slack answered it, before the outbox
+// can record it (or, before set, before Slack sees it), it closes the store.
 type tripwire struct {
-	next  http.RoundTripper
-	match string
-	fired atomic.Bool
-	crash func()
-	done  chan struct{} // closed after the crash
+	next   http.RoundTripper
+	match  func(method string, form url.Values) bool
+	before bool
+	fired  atomic.Bool
+	crash  func()
+	done   chan struct{} // closed after the crash
 }
 
 func (w *tripwire) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -81,35 +87,68 @@ func (w *tripwire) RoundTrip(req *http.Request) (*http.Response, error) {
 		body, _ = io.ReadAll(req.Body)
 		req.Body = io.NopCloser(bytes.NewReader(body))
 	}
-	resp, err := w.next.RoundTrip(req)
-	if err == nil && strings.HasSuffix(req.URL.Path, "/chat.postMessage") && bytes.Contains(body, []byte(w.match)) &&
-		w.fired.CompareAndSwap(false, true) {
+	form, _ := url.ParseQuery(string(body))
+	if !w.match(path.Base(req.URL.Path), form) || !w.fired.CompareAndSwap(false, true) {
+		return w.next.RoundTrip(req)
+	}
+	if w.before {
 		w.crash()
 		close(w.done)
+		return nil, errors.New("tripwire: the bridge stopped before the request went out")
 	}
+	resp, err := w.next.RoundTrip(req)
+	w.crash()
+	close(w.done)
 	return resp, err
 }
 
-// The bridge stops after Slack took a post and before the outbox recorded it.
-// After the restart the outbox never posts a second parent: its ts was
-// recorded when it was posted, and a parent effect delivered again (here one
-// queued anew) sees that and posts nothing. The remaining window: the post
-// that was in flight at the crash was not recorded, so it is posted again
-// (Slack has no idempotency key): the final answer shows twice.
-func TestRestartBetweenPostingAndRecording(t *testing.T) {
+// posting matches the post of text.
+func posting(text string) func(string, url.Values) bool {
+	return func(method string, f url.Values) bool { return method == "chat.postMessage" && f.Get("text") == text }
+}
+
+// crashHarness is a harness whose bridge crashes once, at the call match
+// matches (see tripwire); s adds to fast(events mode).
+func crashHarness(t *testing.T, match func(string, url.Values) bool, before bool, s setup) (*harness, *tripwire) {
 	var h *harness
-	wire := &tripwire{match: "text=finale", crash: func() { _ = h.db.Close() }, done: make(chan struct{})}
-	h = newHarness(t, fast(setup{mode: slack.ModeEvents, wrapHTTP: func(rt http.RoundTripper) http.RoundTripper {
+	wire := &tripwire{match: match, before: before, crash: func() { _ = h.db.Close() }, done: make(chan struct{})}
+	s.mode = slack.ModeEvents
+	s.wrapHTTP = func(rt http.RoundTripper) http.RoundTripper {
 		wire.next = rt
 		return wire
-	}}))
-	h.mention(owner, "coder echo finale")
+	}
+	h = newHarness(t, fast(s))
+	return h, wire
+}
+
+// waitCrash waits for the tripwire, then starts the bridge again.
+func (h *harness) waitCrash(wire *tripwire) {
+	h.t.Helper()
 	select {
 	case <-wire.done:
 	case <-h.ctx().Done():
-		t.Fatal("the final answer was never posted")
+		h.t.Fatal("the tripwire never fired")
 	}
 	h.restart()
+}
+
+// lookups is how many conversations.history and conversations.replies calls
+// the fake got.
+func (h *harness) lookups() (history, replies int) {
+	return h.fake.Calls("conversations.history"), h.fake.Calls("conversations.replies")
+}
+
+// The bridge stops after Slack took a post and before the outbox recorded
+// it. After the restart the post in flight at the crash, first of its thread
+// in the outbox, is in doubt: the outbox looks for it in the thread
+// (conversations.replies, by the key in its metadata), finds it and records
+// it: the final answer shows once. The parent is never posted twice either:
+// its ts was recorded when it was posted, and a parent effect delivered
+// again (here one queued anew) sees that and posts nothing.
+func TestRestartBetweenPostingAndRecording(t *testing.T) {
+	h, wire := crashHarness(t, posting("finale"), false, setup{})
+	h.mention(owner, "coder echo finale")
+	h.waitCrash(wire)
 
 	r := h.requests()[0]
 	id := r.ID.String()
@@ -128,11 +167,14 @@ func TestRestartBetweenPostingAndRecording(t *testing.T) {
 	if len(ps) != 1 {
 		t.Fatalf("%d parents after the restart, want 1", len(ps))
 	}
-	if got, want := h.replies(ps[0].TS), []string{"finale", "finale"}; !slices.Equal(got, want) {
-		t.Errorf("replies %q, want %q (the post in flight at the crash is posted again)", got, want)
+	if got, want := h.replies(ps[0].TS), []string{"finale"}; !slices.Equal(got, want) {
+		t.Errorf("replies %q, want %q (the post in flight at the crash, once)", got, want)
 	}
 	if !strings.HasSuffix(ps[0].Text, "— done") {
 		t.Errorf("parent shows %q", ps[0].Text)
+	}
+	if hist, rep := h.lookups(); hist != 0 || rep != 1 {
+		t.Errorf("%d conversations.history and %d conversations.replies calls, want 0 and 1", hist, rep)
 	}
 }
 

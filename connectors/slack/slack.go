@@ -8,6 +8,12 @@
 // Deduplication is not done here: events carry Slack's event_id (chat.Event.ID)
 // and the core dedupes them in the store, so a retry that lands on another
 // instance is caught too.
+//
+// Slack takes no idempotency key on a post, so every post carries its
+// message's key in the message metadata, and the connector is a
+// threads.Finder: the outbox asks it whether a post in doubt (sent, perhaps,
+// by a process that stopped before recording it) is already there, and
+// records it instead of posting it twice.
 package slack
 
 import (
@@ -96,6 +102,8 @@ type Options struct {
 	// EditSpacing is the same for edits of one message (default DefaultEditSpacing).
 	EditSpacing time.Duration
 	// UpdateEvery and UpdateBurst are the app-wide chat.update token bucket.
+	// The lookups of posts in doubt (conversations.history and
+	// conversations.replies, Tier 3 too) get a bucket of the same size.
 	UpdateEvery time.Duration
 	UpdateBurst int
 	// Workers and Queue size the pool that hands inbound events to the core.
@@ -142,6 +150,7 @@ type Connector struct {
 	posts   *ratelimit.Spacer // per channel
 	edits   *ratelimit.Spacer // per message
 	updates *rate.Limiter     // app-wide chat.update budget
+	reads   *rate.Limiter     // app-wide budget of the lookups (FindPosted)
 	inbound *pool
 
 	botUser atomic.Pointer[string] // the bot's user ID, from auth.test
@@ -156,7 +165,10 @@ type Connector struct {
 	OnAPIError func(code string, rateLimited bool)
 }
 
-var _ chat.DirectMessenger = (*Connector)(nil)
+var (
+	_ chat.DirectMessenger = (*Connector)(nil)
+	_ threads.Finder       = (*Connector)(nil)
+)
 
 // New returns a connector. It checks the options but makes no call to Slack
 // (Run does).
@@ -195,6 +207,7 @@ func New(opts Options) (*Connector, error) {
 		posts:   ratelimit.NewSpacer(opts.PostSpacing),
 		edits:   ratelimit.NewSpacer(opts.EditSpacing),
 		updates: rate.NewLimiter(rate.Every(opts.UpdateEvery), opts.UpdateBurst),
+		reads:   rate.NewLimiter(rate.Every(opts.UpdateEvery), opts.UpdateBurst),
 		dms:     map[string]string{},
 	}
 	c.inbound = newPool(opts.Workers, opts.Queue, log, c.respond)
@@ -328,8 +341,9 @@ func (c *Connector) post(ctx context.Context, channel string, opts ...slackgo.Ms
 	return ts, err
 }
 
-// content is the text and blocks of m. For an update, a message without a
-// card clears the blocks of the message it replaces.
+// content is the text and blocks of m, and for a post its idempotency key
+// (in the metadata: FindPosted). For an update, a message without a card
+// clears the blocks of the message it replaces.
 func (c *Connector) content(m chat.Message, update bool) []slackgo.MsgOption {
 	opts := []slackgo.MsgOption{slackgo.MsgOptionText(FallbackText(m), false)}
 	switch {
@@ -337,6 +351,9 @@ func (c *Connector) content(m chat.Message, update bool) []slackgo.MsgOption {
 		opts = append(opts, slackgo.MsgOptionBlocks(Blocks(*m.Card)...))
 	case update:
 		opts = append(opts, slackgo.MsgOptionBlocks())
+	}
+	if !update && m.IdempotencyKey != "" {
+		opts = append(opts, slackgo.MsgOptionMetadata(keyMetadata(m.IdempotencyKey)))
 	}
 	return opts
 }
