@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/metrics"
@@ -46,6 +47,39 @@ func BenchmarkCreate(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkCreateRatio alternates creations on two stores, without and with
+// the observer, timing each, so that the load of a noisy machine falls on
+// both alike; it reports both means and their ratio.
+func BenchmarkCreateRatio(b *testing.B) {
+	for _, sync := range []bool{true, false} {
+		b.Run(fmt.Sprintf("fsync=%v", sync), func(b *testing.B) {
+			var stores [2]*bridge
+			for i, observe := range []bool{false, true} {
+				stores[i] = open(b, filepath.Join(b.TempDir(), fmt.Sprintf("bridge%d.db", i)), observe)
+				stores[i].db.Bolt().NoSync = !sync
+			}
+			ctx := context.Background()
+			a := ask("coder", member)
+			var took [2]time.Duration
+			b.ResetTimer()
+			for n := range b.N {
+				for j := range 2 {
+					i := (n + j) % 2 // who goes first alternates too
+					start := time.Now()
+					if _, err := stores[i].svc.Create(ctx, a); err != nil {
+						b.Fatal(err)
+					}
+					took[i] += time.Since(start)
+				}
+			}
+			b.ReportMetric(float64(took[0].Microseconds())/float64(b.N), "µs/create")
+			b.ReportMetric(float64(took[1].Microseconds())/float64(b.N), "µs/create-metrics")
+			b.ReportMetric(float64(took[1])/float64(took[0]), "ratio")
+			b.ReportMetric(0, "ns/op")
+		})
 	}
 }
 
