@@ -239,3 +239,30 @@ func BenchmarkScrape100k(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkIndexRequests100k is the one-time counting, in one transaction,
+// of a store of 100,000 requests written without the observer's index.
+func BenchmarkIndexRequests100k(b *testing.B) {
+	path := bigStore(b)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for range b.N {
+		b.StopTimer()
+		p := filepath.Join(b.TempDir(), "bridge.db")
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			b.Fatal(err)
+		}
+		bb := open(b, p, false)
+		if err := bb.db.Update(context.Background(), func(tx store.Tx) error {
+			return tx.Delete("metrics", "requests/"+owner)
+		}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if err := bb.m.IndexRequests(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
