@@ -332,15 +332,18 @@ func (s *Service) expireTx(tx store.Tx, st *settlement) (*Approval, error) {
 		}
 		// The request left pending some other way (ApplyTx refuses before
 		// it writes): the approval alone expires.
-	} else {
+	}
+	action := "expire"
+	if a.Kind != KindRequest {
 		who := "decided"
 		if a.Kind == KindQuestion {
-			who = "answered"
+			// Not an approval: metrics count approval expiries by "expire".
+			who, action = "answered", "question_expired"
 		}
 		detail = noun(a) + " " + a.ID + ": " + oneLine(a.Action, 200) + ": nobody " + who + " within " + Duration(a.TTL)
 	}
 	return after, audit.Append(tx, audit.Record{
-		Time: after.DecidedAt, RequestID: a.RequestID.String(), Actor: ActorTTL, Action: "expire",
+		Time: after.DecidedAt, RequestID: a.RequestID.String(), Actor: ActorTTL, Action: action,
 		From: string(Pending), To: string(Expired), Detail: detail,
 	})
 }

@@ -259,7 +259,7 @@ func TestQuestionExpiresAndWithdraws(t *testing.T) {
 		t.Fatalf("answer after expiry: %v", err)
 	}
 	recs := e.auditOf(rb.ID)
-	if count(recs, "expire") != 1 || count(recs, "question_answered") != 0 {
+	if count(recs, "question_expired") != 1 || count(recs, "expire") != 0 || count(recs, "question_answered") != 0 {
 		t.Fatalf("audit %+v", recs)
 	}
 
