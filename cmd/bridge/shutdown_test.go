@@ -242,8 +242,8 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 	stopBridge(t, b.p, syscall.SIGINT)
 	code := waitExit(t, b.p, 5*time.Second)
 	t.Logf("second signal: exited after %v", time.Since(sent).Round(time.Millisecond))
-	if code != 130 {
-		t.Errorf("exit %d after a second SIGINT, want 130:\n%s", code, b.p.Stderr())
+	if code != 130 || !strings.Contains(b.p.Stderr(), "a second signal") {
+		t.Errorf("exit %d after a second SIGINT, want 130 and a log line saying why:\n%s", code, b.p.Stderr())
 	}
 	if took := time.Since(sent); took > 2*time.Second {
 		t.Errorf("a second signal took %v to end the bridge; want at once", took)

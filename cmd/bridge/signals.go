@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -31,7 +31,8 @@ func onSignals(parent context.Context) (ctx context.Context, stop func()) {
 		}
 		select {
 		case sig := <-ch:
-			fmt.Fprintf(os.Stderr, "bridge: a second signal (%v): exiting at once\n", sig)
+			// Through the daemon's logger (slog's default), in its format.
+			slog.Warn("a second signal: exiting at once", "signal", sig.String())
 			os.Exit(exitCode(sig))
 		case <-done:
 		}
