@@ -373,3 +373,33 @@ func (l *syncLog) Write(p []byte) (int, error) {
 func (l *syncLog) String() string { l.mu.Lock(); defer l.mu.Unlock(); return string(l.b) }
 
 func (l *syncLog) contains(s string) bool { return strings.Contains(l.String(), s) }
+
+// Each Run begins a term (a leader's): the same Deliverer leading again
+// looks up the first effect of each thread, even one that was only held back
+// by a rate limit in its previous term (another leader may have posted it
+// meanwhile).
+func TestRunBeginsATerm(t *testing.T) {
+	f := newDoubtFixture(t)
+	f.enqueue(parent("A"))
+	d := f.deliverer()
+	f.round(d)
+	f.b.fail["a1"] = &chat.RetryAfterError{After: time.Second, Err: errors.New("429")}
+	f.enqueue(reply("A", "a1"))
+	f.round(d) // held back, not in doubt; the clock moves to its retry
+	if n := f.b.lookupCount(); n != 1 {
+		t.Fatalf("%d lookups, want 1 (the parent, first at the start)", n)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = d.Run(ctx); close(done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for pendingEffects(t, f.db) != 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // polling the store for the condition, with a deadline
+	}
+	cancel()
+	<-done
+	if got := f.b.texts(); !slices.Equal(got, []string{"A", "a1"}) || f.b.lookupCount() != 2 {
+		t.Fatalf("posts %q after %d lookups: want a1 looked up, then posted once", got, f.b.lookupCount())
+	}
+}

@@ -257,6 +257,24 @@ func TestRecoveryCost(t *testing.T) {
 		}
 	}
 
+	// An approval card in a DM that had gone out: found in the DM's history.
+	dm := threads.Effect{Op: threads.OpDirect, Request: "R00", Surface: chat.Slack, User: owner, Save: "approval/1/dm/" + owner,
+		Message: chat.Message{Request: "R00", Kind: "approval", Text: "decide?", IdempotencyKey: "slack/approval/1/dm/" + owner}}
+	sent, err := r.conn.Direct(ctx, owner, dm.Message)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.enqueue(dm)
+	posts, hist, rep = r.deliver()
+	t.Logf("a direct message in doubt, posted before the crash: %d posts, %d history calls", posts, hist)
+	var saved chat.MessageRef
+	if err := r.db.View(ctx, func(tx store.Tx) (err error) {
+		saved, err = threads.MessageRef(tx, chat.Slack, dm.Save)
+		return err
+	}); err != nil || saved != sent || posts != 0 || hist != 1 || rep != 0 {
+		t.Errorf("direct message recorded %+v (%v), want %+v found with 1 history call and no post", saved, err, sent)
+	}
+
 	// A parent behind 250 newer top-level messages: two pages, found; behind
 	// 450: beyond the bound, posted again.
 	for _, c := range []struct {
