@@ -87,7 +87,20 @@ const (
 	Click EventKind = "click"
 	// Command: a typed command ("approve R-07", "cancel R-07", "inbox").
 	Command EventKind = "command"
+	// Refused: an inbound webhook the connector refused before anything
+	// reached the core (a forged signature, a stale timestamp, an oversize
+	// or malformed body); it has already answered the sender. Text says
+	// why; User is "<surface>:unverified". The core only audits it, at a
+	// bounded rate: anyone can send these.
+	Refused EventKind = "refused"
 )
+
+// RefusedEvent is the Refused event a connector reports for a webhook it
+// answered with HTTP status for reason.
+func RefusedEvent(surface string, status int, reason string) Event {
+	return Event{Kind: Refused, Surface: surface, User: surface + ":unverified",
+		Text: fmt.Sprintf("HTTP %d: %s", status, reason)}
+}
 
 // Event is an inbound chat event, already verified by its connector.
 type Event struct {

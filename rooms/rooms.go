@@ -36,6 +36,8 @@ type Router struct {
 	// OnInbound, if set, is told of every event Handle gets: its surface,
 	// kind, and whether it was dropped as a duplicate (metrics).
 	OnInbound func(surface string, kind chat.EventKind, duplicate bool)
+
+	refusals refusalWindows
 }
 
 // New returns a Router over rooms; decisions go through appr.
@@ -87,6 +89,12 @@ func (rt *Router) Handle(ctx context.Context, ev chat.Event) chat.Response {
 	var msg string
 	var err error
 	switch ev.Kind {
+	case chat.Refused:
+		if rt.OnInbound != nil {
+			rt.OnInbound(ev.Surface, ev.Kind, false)
+		}
+		rt.auditWebhookRefusal(ctx, ev)
+		return chat.Response{} // the connector has answered the sender
 	case chat.Ask:
 		var r *requests.Request
 		r, err = rt.Ask(ctx, ev)

@@ -54,9 +54,8 @@ type refusal struct {
 // (before it starts, or on an HA follower, which serves the webhooks but not
 // the leader's work) events get 503 and Feishu delivers them again.
 //
-// Refusals are logged, not audited: an unauthenticated request has no actor
-// to record, and an audit record per forged request would let anyone fill
-// the store.
+// Refusals are logged, and audited by the core at a bounded rate (an audit
+// record per forged request would let anyone fill the store).
 func (c *Connector) serveCallback(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
 	if err != nil {
@@ -184,9 +183,15 @@ func (c *Connector) fresh(ts string) bool {
 	return d <= MaxSkew && d >= -MaxSkew
 }
 
+// refuse answers a callback with ref's status, logs why, and reports it to
+// the core (which audits refusals at a bounded rate) unless it only says
+// that events are not received here (503: not bad input).
 func (c *Connector) refuse(w http.ResponseWriter, r *http.Request, ref refusal) {
 	c.log.WarnContext(r.Context(), "feishu: callback refused", "status", ref.status, "reason", ref.reason, "remote", r.RemoteAddr)
 	writeJSON(w, ref.status, map[string]string{"error": ref.reason})
+	if h := c.handler.Load(); h != nil && ref.status != http.StatusServiceUnavailable {
+		(*h).Handle(r.Context(), chat.RefusedEvent(chat.Feishu, ref.status, ref.reason))
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -48,13 +48,33 @@ func (r *fuzzRecorder) Handle(_ context.Context, ev chat.Event) chat.Response {
 	return chat.Response{}
 }
 
-// take returns the events recorded since the last take.
-func (r *fuzzRecorder) take() []chat.Event {
+// take returns the events recorded since the last take, checking the
+// refusal reports among them: a request answered 4xx is reported to the core
+// once, as a chat.Refused event of an unverified Feishu sender, and nothing
+// else of it reaches the core; other answers report no refusal. It returns
+// the other events.
+func (r *fuzzRecorder) take(t *testing.T, status int) []chat.Event {
+	t.Helper()
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	evs := r.events
 	r.events = nil
-	return evs
+	r.mu.Unlock()
+	var out []chat.Event
+	refused := 0
+	for _, ev := range evs {
+		if ev.Kind != chat.Refused {
+			out = append(out, ev)
+			continue
+		}
+		refused++
+		if ev.Surface != chat.Feishu || ev.User != "feishu:unverified" || !strings.HasPrefix(ev.Text, "HTTP "+strconv.Itoa(status)+": ") {
+			t.Fatalf("answered %d, reported refusal %+v", status, ev)
+		}
+	}
+	if want := status >= 400 && status < 500; (refused == 1) != want || refused > 1 {
+		t.Fatalf("answered %d, reported %d refusals", status, refused)
+	}
+	return out
 }
 
 // fuzzConnector runs a callback-mode connector (encrypted with fuzzKey when
@@ -158,7 +178,7 @@ func FuzzCallback(f *testing.F) {
 	h, rec := fuzzConnector(f, false)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		status, _ := serve(h, body, nil)
-		checkOutcome(t, status, rec.take())
+		checkOutcome(t, status, rec.take(t, status))
 	})
 }
 
@@ -173,7 +193,7 @@ func FuzzCallbackEncrypted(f *testing.F) {
 			t.Fatal(err)
 		}
 		status, _ := serve(h, []byte(body), signed(t, []byte(body), time.Now()))
-		checkOutcome(t, status, rec.take())
+		checkOutcome(t, status, rec.take(t, status))
 	})
 }
 
@@ -209,7 +229,7 @@ func FuzzCallbackSignature(f *testing.F) {
 			}
 		}
 		status, reason := serve(h, body, hd)
-		evs := rec.take()
+		evs := rec.take(t, status)
 		fresh := offset > -299 && offset < 299
 		stale := offset < -301 || offset > 301
 		switch {

@@ -33,9 +33,9 @@ const (
 // the webhooks but not the leader's work) or its queue is full, events get
 // 503 and Slack delivers them again.
 //
-// Refusals are logged, not audited: an unauthenticated request has no actor
-// to record, and writing an audit record per forged request would let anyone
-// who can reach the port fill the store.
+// Refusals are logged, and reported to h as chat.Refused events, which the
+// core audits at a bounded rate (an audit record per forged request would
+// let anyone who can reach the port fill the store).
 func (c *Connector) Routes(h chat.Handler) map[string]http.Handler {
 	if c.opts.Mode != ModeEvents {
 		return nil
@@ -48,14 +48,14 @@ func (c *Connector) Routes(h chat.Handler) map[string]http.Handler {
 
 // verified reads and verifies a webhook body. On failure it has answered
 // the request and returns false.
-func (c *Connector) verified(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+func (c *Connector) verified(w http.ResponseWriter, r *http.Request, h chat.Handler) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			c.refuse(w, r, http.StatusRequestEntityTooLarge, "body over 1 MiB", nil)
+			c.refuse(w, r, h, http.StatusRequestEntityTooLarge, "body over 1 MiB", nil)
 		} else {
-			c.refuse(w, r, http.StatusBadRequest, "reading the body", err)
+			c.refuse(w, r, h, http.StatusBadRequest, "reading the body", err)
 		}
 		return nil, false
 	}
@@ -65,20 +65,23 @@ func (c *Connector) verified(w http.ResponseWriter, r *http.Request) ([]byte, bo
 		err = sv.Ensure()
 	}
 	if err != nil {
-		c.refuse(w, r, http.StatusUnauthorized, "signature check failed", err)
+		c.refuse(w, r, h, http.StatusUnauthorized, "signature check failed", err)
 		return nil, false
 	}
 	return body, true
 }
 
-func (c *Connector) refuse(w http.ResponseWriter, r *http.Request, status int, why string, err error) {
+// refuse answers a webhook with status, logs why, and reports it to the
+// core (which audits refusals at a bounded rate).
+func (c *Connector) refuse(w http.ResponseWriter, r *http.Request, h chat.Handler, status int, why string, err error) {
 	c.log.WarnContext(r.Context(), "webhook refused", "path", r.URL.Path, "status", status, "reason", why,
 		"error", err, "remote", r.RemoteAddr, "retry_num", r.Header.Get("X-Slack-Retry-Num"))
 	http.Error(w, http.StatusText(status), status)
+	h.Handle(r.Context(), chat.RefusedEvent(chat.Slack, status, why))
 }
 
 func (c *Connector) serveEvents(w http.ResponseWriter, r *http.Request, h chat.Handler) {
-	body, ok := c.verified(w, r)
+	body, ok := c.verified(w, r, h)
 	if !ok {
 		return
 	}
@@ -86,7 +89,7 @@ func (c *Connector) serveEvents(w http.ResponseWriter, r *http.Request, h chat.H
 		Type string `json:"type"`
 	}
 	if err := json.Unmarshal(body, &outer); err != nil || outer.Type == "" {
-		c.refuse(w, r, http.StatusBadRequest, "not an Events API payload", err)
+		c.refuse(w, r, h, http.StatusBadRequest, "not an Events API payload", err)
 		return
 	}
 	ev, err := slackevents.ParseEvent(json.RawMessage(body), slackevents.OptionNoVerifyToken())
@@ -101,7 +104,7 @@ func (c *Connector) serveEvents(w http.ResponseWriter, r *http.Request, h chat.H
 	case slackevents.URLVerification:
 		v, ok := ev.Data.(*slackevents.EventsAPIURLVerificationEvent)
 		if !ok {
-			c.refuse(w, r, http.StatusBadRequest, "url_verification without a challenge", nil)
+			c.refuse(w, r, h, http.StatusBadRequest, "url_verification without a challenge", nil)
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain")
@@ -119,14 +122,14 @@ func (c *Connector) serveEvents(w http.ResponseWriter, r *http.Request, h chat.H
 }
 
 func (c *Connector) serveInteractivity(w http.ResponseWriter, r *http.Request, h chat.Handler) {
-	body, ok := c.verified(w, r)
+	body, ok := c.verified(w, r, h)
 	if !ok {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	ic, err := slackgo.InteractionCallbackParse(r)
 	if err != nil {
-		c.refuse(w, r, http.StatusBadRequest, "not an interaction payload", err)
+		c.refuse(w, r, h, http.StatusBadRequest, "not an interaction payload", err)
 		return
 	}
 	for _, ev := range fromInteraction(ic) {

@@ -3,13 +3,17 @@ package slack_test
 import (
 	"bytes"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/roombridge/roombridge/audit"
+	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/connectors/slack"
 	"github.com/roombridge/roombridge/connectors/slack/slacktest"
+	"github.com/roombridge/roombridge/rooms"
 )
 
 // requestsMade waits until n requests exist and the outbox is empty.
@@ -148,5 +152,25 @@ func TestWebhookRefusals(t *testing.T) {
 	}
 	if n := len(h.fake.Ephemerals()); n != 0 {
 		t.Errorf("%d ephemeral messages: a refused click reached the core", n)
+	}
+	// Each refusal is audited, at most rooms.RefusalsPerWindow per reason:
+	// 6 signature failures, 2+2 bodies that are not payloads, 1 too big.
+	recs, err := audit.List(h.ctx(), h.db, audit.Query{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byDetail := map[string]int{}
+	for _, r := range recs {
+		if r.Action == "webhook_refused" {
+			if r.Actor != "slack:unverified" || r.Surface != chat.Slack {
+				t.Errorf("refusal recorded as %+v", r)
+			}
+			byDetail[r.Detail]++
+		}
+	}
+	want := map[string]int{"HTTP 401: signature check failed": rooms.RefusalsPerWindow, "HTTP 400: not an Events API payload": 2,
+		"HTTP 400: not an interaction payload": 2, "HTTP 413: body over 1 MiB": 1}
+	if !maps.Equal(byDetail, want) {
+		t.Errorf("webhook_refused records %v, want %v", byDetail, want)
 	}
 }
