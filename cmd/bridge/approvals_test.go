@@ -104,4 +104,23 @@ func TestApprovalsEndToEnd(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+
+	// A question of an agent (ask_user), answered with `bridge answer`;
+	// a second answer is refused naming who answered.
+	id4 := "R" + day + "-04"
+	p.send("@coder question which colour?")
+	k := p.waitLine(j, q("* "+id4+" → coder (approved)"))
+	p.waitLine(k, q("which colour?"))
+	out, errOut, code = runCLI(t, dir, "answer", "R-04.q1", "deep", "blue")
+	if code != 0 || !strings.HasPrefix(out, id4+".q1 answered\n") {
+		t.Fatalf("bridge answer: code %d, out %q, err %q", code, out, errOut)
+	}
+	p.waitLine(k, q(id4+" | final: answer: deep blue"))
+	_, errOut, code = runCLI(t, dir, "answer", id4+".q1", "red")
+	if code != 1 || !strings.Contains(errOut, "already answered by api:token") || !strings.Contains(errOut, "HTTP 409") {
+		t.Fatalf("second bridge answer: code %d, stderr %q", code, errOut)
+	}
+	if _, errOut, code = runCLI(t, dir, "answer", "R-04.q1"); code != 2 || !strings.Contains(errOut, "answer needs") {
+		t.Fatalf("bridge answer without text: code %d, stderr %q", code, errOut)
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/approvals"
+	"github.com/roombridge/roombridge/httpapi"
 	"github.com/roombridge/roombridge/requests"
 )
 
@@ -228,6 +230,42 @@ func approvalAction(ctx context.Context, verb string, args []string, out io.Writ
 	var a approvals.Approval
 	if err := c.getJSON(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(id)+"/"+verb, &a); err != nil {
 		return err
+	}
+	fmt.Fprintf(out, "%s %s\n%s\n", a.ID, a.State, approvals.Status(&a))
+	return nil
+}
+
+// answerQuestion answers a question an agent asked (ask_user) through the
+// daemon, as the API token holder.
+func answerQuestion(ctx context.Context, args []string, out io.Writer) error {
+	fs := newFlags("answer")
+	mk := apiFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() < 2 {
+		return fmt.Errorf("%w: answer needs a question ID (R-07.q1) and the answer", errUsage)
+	}
+	id, text := fs.Arg(0), strings.Join(fs.Args()[1:], " ")
+	if _, err := approvals.ParseID(id, time.Now()); err != nil {
+		return err
+	}
+	c, err := mk()
+	if err != nil {
+		return err
+	}
+	body, err := json.Marshal(httpapi.AnswerBody{Text: text})
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/v1/questions/"+url.PathEscape(id)+"/answer", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var a approvals.Approval
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+		return fmt.Errorf("answer %s: %w", id, err)
 	}
 	fmt.Fprintf(out, "%s %s\n%s\n", a.ID, a.State, approvals.Status(&a))
 	return nil

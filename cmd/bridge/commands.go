@@ -27,6 +27,7 @@ const usage = `usage: bridge <command> [flags]
   requests show ID
   cancel ID | retry ID
   approve ID | deny ID                approve or deny (R-07: a request; R-07.1: a permission its agent asked)
+  answer ID TEXT...                   answer a question an agent asked (ask_user; R-07.q1)
   revoke USER                         cancel USER's pending and queued requests (surface:id); running ones finish
   tasks list [--room R]               running requests and background tasks (and failed ones not dismissed)
   tasks stop ID                       stop a background task (its request is told the work is incomplete)
@@ -72,6 +73,8 @@ func run(ctx context.Context, args []string) error {
 		return requestCmd(ctx, cmd, cmd, rest, os.Stdout)
 	case "approve", "deny":
 		return approvalAction(ctx, cmd, rest, os.Stdout)
+	case "answer":
+		return answerQuestion(ctx, rest, os.Stdout)
 	case "revoke":
 		return revokeUser(ctx, rest, os.Stdout)
 	case "tasks":
