@@ -20,8 +20,8 @@ import (
 	"github.com/roombridge/roombridge/store"
 )
 
-// Expirer is something with an expiry index: approvals (and, later, open
-// questions).
+// Expirer is something with an expiry index: approvals (open questions
+// among them) and, with a rendezvous timeout, delegation.
 type Expirer interface {
 	// Due returns up to limit timers due at now, earliest first, reading the
 	// due range of the expiry index only.
