@@ -218,9 +218,10 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 	case jobResume:
 		if r.CancelRequested {
 			// Cancelled while the bridge was down: no process runs, so
-			// this is the safe point.
+			// this is the safe point. No turn had the inbox (nil): end
+			// reports each item as undelivered.
 			log.InfoContext(ctx, "cancelled while interrupted")
-			return s.end(ctx, r.ID, requests.Cancel, "", r.Result, j.inbox)
+			return s.end(ctx, r.ID, requests.Cancel, "", r.Result, nil)
 		}
 		err = s.svc.Store().Update(ctx, func(tx store.Tx) error {
 			if _, err := s.svc.UpdateTx(tx, r.ID, actor, "interrupted", "the bridge stopped while the request ran", func(*requests.Request) {}); err != nil {
@@ -232,7 +233,9 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 			return err
 		})
 	case jobCancel:
-		return s.end(ctx, r.ID, requests.Cancel, "", r.Result, j.inbox)
+		// Between turns: no turn had the inbox (nil), so end reports
+		// each item as undelivered rather than dropping it.
+		return s.end(ctx, r.ID, requests.Cancel, "", r.Result, nil)
 	case jobWake:
 		err = s.svc.Store().Update(ctx, func(tx store.Tx) error {
 			if err := tx.Delete(bucketParked, requestKey(r)); err != nil {
