@@ -139,6 +139,17 @@ func (p *proc) waitLine(from int, re string) int {
 // waiting until it listens.
 func (p *proc) api(dataDir string) (string, string) {
 	p.t.Helper()
+	base, tok, ok := p.tryAPI(dataDir)
+	if !ok {
+		p.t.Fatalf("bridge exited: %s", p.Stderr())
+	}
+	return base, tok
+}
+
+// tryAPI is api for a daemon that may die first (a crash test's failpoint):
+// ok is false if it exited before it listened.
+func (p *proc) tryAPI(dataDir string) (base, token string, ok bool) {
+	p.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		addr, err1 := os.ReadFile(filepath.Join(dataDir, "http.addr"))
@@ -147,17 +158,17 @@ func (p *proc) api(dataDir string) (string, string) {
 			base := "http://" + strings.TrimSpace(string(addr))
 			if resp, err := http.Get(base + "/healthz"); err == nil {
 				resp.Body.Close()
-				return base, strings.TrimSpace(string(tok))
+				return base, strings.TrimSpace(string(tok)), true
 			}
 		}
 		select {
 		case <-p.done:
-			p.t.Fatalf("bridge exited: %s", p.Stderr())
+			return "", "", false
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	p.t.Fatal("daemon did not start listening within 30s")
-	return "", ""
+	return "", "", false
 }
 
 // call makes an API call and decodes the JSON answer into v (if not nil).

@@ -1,0 +1,753 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/roombridge/roombridge/audit"
+	"github.com/roombridge/roombridge/connectors/slack/slacktest"
+	"github.com/roombridge/roombridge/delegation"
+	"github.com/roombridge/roombridge/internal/failpoint"
+	"github.com/roombridge/roombridge/requests"
+)
+
+// Environment variables of TestCrashAnywhere.
+const (
+	// crashSeedEnv sets the seed (a failing run logs its seed).
+	crashSeedEnv = "ROOMBRIDGE_CRASH_SEED"
+	// crashStrictEnv, set, fails the test on the known defect too.
+	crashStrictEnv = "ROOMBRIDGE_CRASH_STRICT"
+	// crashKillsEnv sets how many times the bridge is killed (default
+	// crashKillsCI); the workload grows with it (one round of jobs per 10
+	// kills).
+	crashKillsEnv = "ROOMBRIDGE_CRASH_KILLS"
+	crashKillsCI  = 10
+)
+
+// crashSecret is the fake Slack's signing secret in TestCrashAnywhere.
+const crashSecret = "crash-signing-secret"
+
+// crashFailpoints are the failpoints a life may arm (internal/failpoint).
+var crashFailpoints = []string{failpoint.TurnStarted, failpoint.TaskEnded, failpoint.RequestEnded}
+
+// crashKind is what a job of the crash workload does.
+type crashKind int
+
+const (
+	crashOwner          crashKind = iota // an owner's ask: runs at once (with a tool: a safe point to resume after)
+	crashApprove                         // a member's ask, approved by a click on its card
+	crashDeny                            // a member's ask, denied by a click on its card
+	crashExpire                          // a member's ask in the quick room: nobody decides, the sweeper expires it
+	crashCancel                          // an owner's long ask, cancelled through the API once it runs
+	crashRetry                           // an owner's ask that fails, retried through the API
+	crashDelegate                        // A asks B; B starts a background task and yields; its end wakes B; B's answer wakes A
+	crashDelegateCancel                  // the same, A cancelled while B waits on its task (B and the task stop), then A retried
+)
+
+var crashKindNames = [...]string{"owner", "approve", "deny", "expire", "cancel", "retry", "delegate", "delegate+cancel+retry"}
+
+func (k crashKind) String() string { return crashKindNames[k] }
+
+// crashJob is one piece of the workload, driven idempotently: each pass
+// reads the store (through the API) and does the next step if it is not
+// done yet, so a pass after a restart picks up where the kill left it.
+type crashJob struct {
+	kind    crashKind
+	tag     string // unique in the run, in the ask: the request is found by its ask
+	channel string
+	ask     string // the request's ask, without the agent's name
+	event   []byte // the app_mention, built once: a re-send is Slack's retry (same event_id)
+	gate    string // crashDelegateCancel: B's task waits for this file
+	release int    // the life from which it is sent
+
+	acked bool   // the bridge acknowledged event (200) and the request was not seen yet
+	click []byte // the card click, built once (one trigger_id: re-sent, it is Slack's retry)
+}
+
+// crashRun is the state of one TestCrashAnywhere run.
+type crashRun struct {
+	t        *testing.T
+	rng      *rand.Rand
+	fake     *slacktest.Server
+	data     string
+	agentLog string
+	jobs     []*crashJob
+	base     string
+	tok      string
+
+	// Figures, logged at the end.
+	sent, resent, lostAfterAck, clicks, cancels, retries int
+	known                                                []string
+}
+
+// knownDefect records a failure of a known defect (see TestCrashAnywhere),
+// logged at the end; ROOMBRIDGE_CRASH_STRICT makes it an error.
+func (c *crashRun) knownDefect(msg string) {
+	c.known = append(c.known, msg)
+}
+
+// TestCrashAnywhere (issue 9): a scripted workload on a fake Slack (owner
+// and member asks, approvals approved, denied and expired, cancels, a retry,
+// delegations whose delegate runs a background task, one cancelled and
+// retried) runs while the real bridge is SIGKILLed at random points — after
+// a random delay, or at a failpoint's Nth hit — and started again on the same
+// data dir, many times. The workload is driven idempotently across restarts:
+// each pass reads the store and does what is not done yet; platform events
+// are sent again after each restart (deduped by their event ID). At each
+// kill the store is checked offline: request IDs consecutive, each request's
+// audit trail an unbroken chain ending in its state. After a last clean
+// start lets everything settle (waits on conditions, with deadlines): every
+// request is terminal and where its job puts it, none lost or doubled; no
+// thread parent was posted twice in the fake Slack; every background task's
+// result reached the request that started it (a turn's input, or recorded
+// as arriving after that request ended); the audit log has exactly one
+// record per transition.
+//
+// Known defect: a turn cut by a kill after one of its calls (ask_agent,
+// background_run) committed, but before the turn ended, is resumed with its
+// ask again; the demo agent keeps no memory across processes and makes the
+// call again, and the bridge does not make these calls idempotent across a
+// resume: a second delegated request (or task) follows. Such a duplicate
+// (whose asker's audit shows a resume) is logged as a known defect, and
+// the rest checked on it (it ends; its results are delivered or recorded);
+// ROOMBRIDGE_CRASH_STRICT=1 fails on it.
+//
+// ROOMBRIDGE_CRASH_SEED sets the seed (logged: a failing run is replayed
+// with it; the kill schedule and the workload follow from it, the timing
+// of the processes does not, so a replay hits the same points only
+// roughly). ROOMBRIDGE_CRASH_KILLS sets the number of kills (default 10;
+// the workload grows with it).
+func TestCrashAnywhere(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv(crashSeedEnv); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("%s=%q: %v", crashSeedEnv, s, err)
+		}
+	}
+	kills := crashKillsCI
+	if s := os.Getenv(crashKillsEnv); s != "" {
+		var err error
+		if kills, err = strconv.Atoi(s); err != nil || kills < 1 {
+			t.Fatalf("%s=%q: want a number from 1", crashKillsEnv, s)
+		}
+	}
+	t.Logf("seed %d (replay: %s=%d), %d kills", seed, crashSeedEnv, seed, kills)
+	started := time.Now()
+
+	fake := slacktest.NewServer()
+	t.Cleanup(fake.Close)
+	dir := t.TempDir()
+	c := &crashRun{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), fake: fake,
+		data: filepath.Join(dir, "data"), agentLog: filepath.Join(dir, "agents.log")}
+	cfg := filepath.Join(dir, "bridge.yaml")
+	writeFile(t, cfg, crashConfig(c.data, fake.APIURL()))
+	bg, gated := filepath.Join(dir, "bg.sh"), filepath.Join(dir, "gated.sh")
+	writeFile(t, bg, "sleep 0.3\necho \"$1-ok\"\n")
+	writeFile(t, gated, "while [ ! -e \"$1\" ]; do sleep 0.05; done\necho \"$2-ok\"\n")
+	c.jobs = c.workload(max(1, kills/10), kills, dir, bg, gated)
+	t.Cleanup(func() { // no task left waiting
+		for _, j := range c.jobs {
+			if j.gate != "" {
+				_ = os.WriteFile(j.gate, nil, 0o644)
+			}
+		}
+	})
+
+	env := []string{"DEMO_AGENT_LOG=" + c.agentLog}
+	fired := map[string]int{}
+	for life := 0; life < kills; life++ {
+		lifeEnv, fp := env, ""
+		if c.rng.IntN(2) == 0 {
+			fp = fmt.Sprintf("%s@%d", crashFailpoints[c.rng.IntN(len(crashFailpoints))], 1+c.rng.IntN(3))
+			lifeEnv = append(env[:len(env):len(env)], failpoint.EnvVar+"="+fp)
+		}
+		delay := time.Duration(c.rng.Int64N(int64(2500 * time.Millisecond)))
+		if fp != "" {
+			delay += time.Second // the failpoint's chance; then a kill all the same
+		}
+		p := c.start(lifeEnv)
+		how := c.live(p, life, delay)
+		<-p.done
+		if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("life %d: the bridge ended by itself (%v), not killed:\n%s", life, p.cmd.ProcessState, p.Stderr())
+		}
+		if fp != "" && strings.Contains(p.Stderr(), "failpoint "+fp+": killing") {
+			how = "at failpoint " + fp
+			fired[fp[:strings.IndexByte(fp, '@')]]++
+		}
+		n := c.checkStore(fmt.Sprintf("after kill %d (%s)", life+1, how))
+		t.Logf("kill %d: %s; %d requests in the store", life+1, how, n)
+	}
+
+	// The last start: no more kills; everything settles.
+	p := c.start(env)
+	settleStart := time.Now()
+	deadline := settleStart.Add(90*time.Second + time.Duration(len(c.jobs))*time.Second)
+	first := true
+	for {
+		c.pass(kills, first)
+		first = false
+		if c.settled() {
+			break
+		}
+		if time.Now().After(deadline) {
+			c.dump()
+			t.Fatalf("not settled %v after the last start", time.Since(settleStart).Round(time.Second))
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("the bridge exited in its last life:\n%s", p.Stderr())
+		case <-time.After(50 * time.Millisecond): // a polling tick
+		}
+	}
+	settle := time.Since(settleStart)
+	stopBridge(t, p, syscall.SIGTERM)
+	if code := waitExit(t, p, 30*time.Second); code != 0 {
+		t.Fatalf("the last life stopped with exit %d:\n%s", code, p.Stderr())
+	}
+	n := c.checkStore("at the end")
+	c.checkEnd()
+	for _, k := range c.known {
+		t.Logf("KNOWN DEFECT (a resumed turn repeats the calls of its cut turn; %s=1 fails on it): %s", crashStrictEnv, k)
+	}
+	t.Logf("%d kills (failpoints fired: %v), %d jobs, %d requests; events sent %d, re-sent %d (Slack's retries), "+
+		"acknowledged but lost by a kill %d; clicks %d, cancels %d, retries %d; settled %v after the last start; %v in all",
+		kills, fired, len(c.jobs), n, c.sent, c.resent, c.lostAfterAck, c.clicks, c.cancels, c.retries,
+		settle.Round(time.Millisecond), time.Since(started).Round(time.Millisecond))
+}
+
+// crashConfig: six rooms on six Slack channels (posts into one channel are
+// paced at one a second), each with both agents, member U1 and approver
+// UOWNER (an owner); the quick room's approvals expire after a second, and
+// the sweeper comes every second.
+func crashConfig(data, apiURL string) string {
+	var rooms strings.Builder
+	for i := range 6 {
+		fmt.Fprintf(&rooms, "  - {name: r%d, slack_channel: C%d, agents: [coder, reviewer], members: [slack:U1], approvers: [slack:UOWNER]}\n", i, i)
+	}
+	return fmt.Sprintf(`owner: acme
+owners: [slack:UOWNER]
+data_dir: %s
+http: {addr: "127.0.0.1:0"}
+slack: {mode: events, bot_token: %s, app_token: %s, signing_secret: %s, api_url: %q}
+approvals: {ttl: 1h, sweep: "@every 1s"}
+rooms:
+%s  - {name: quick, slack_channel: CQ, agents: [coder], members: [slack:U1], approval_ttl: 1s}
+agents:
+  coder: {kind: exec, command: [%q, demo-agent]}
+  reviewer: {kind: exec, command: [%q, demo-agent]}
+`, data, slacktest.DefaultBotToken, slacktest.DefaultAppToken, crashSecret, apiURL, rooms.String(), bridgeBin, bridgeBin)
+}
+
+// workload builds rounds rounds of jobs in a seeded random order, released
+// over the first two thirds of the lives.
+func (c *crashRun) workload(rounds, lives int, dir, bg, gated string) []*crashJob {
+	kinds := []crashKind{crashOwner, crashOwner, crashOwner, crashOwner, crashApprove, crashApprove, crashDeny,
+		crashExpire, crashCancel, crashRetry, crashDelegate, crashDelegate, crashDelegateCancel}
+	var jobs []*crashJob
+	for range rounds {
+		for _, k := range kinds {
+			jobs = append(jobs, &crashJob{kind: k, tag: fmt.Sprintf("j%d", len(jobs)+1)})
+		}
+	}
+	c.rng.Shuffle(len(jobs), func(i, j int) { jobs[i], jobs[j] = jobs[j], jobs[i] })
+	spread := max(1, lives*2/3)
+	for i, j := range jobs {
+		j.release = i * spread / len(jobs)
+		j.channel = fmt.Sprintf("C%d", i%6)
+		user, agent := "UOWNER", "coder"
+		switch j.kind {
+		case crashOwner:
+			j.ask = fmt.Sprintf("say %s; tool t%s 150ms; echo %s-done", j.tag, j.tag, j.tag)
+		case crashApprove, crashDeny:
+			user, j.ask = "U1", fmt.Sprintf("echo %s-done", j.tag)
+		case crashExpire:
+			user, j.channel, j.ask = "U1", "CQ", fmt.Sprintf("echo %s-done", j.tag)
+		case crashCancel:
+			j.ask = fmt.Sprintf("say %s; sleep 60s; echo %s-never", j.tag, j.tag)
+		case crashRetry:
+			j.ask = fmt.Sprintf("fail %s-boom", j.tag)
+		case crashDelegate:
+			j.ask = fmt.Sprintf("ask reviewer background %s sh %s %s| yield on %s", j.tag, bg, j.tag, j.tag)
+		case crashDelegateCancel:
+			j.gate = filepath.Join(dir, "gate-"+j.tag)
+			j.ask = fmt.Sprintf("ask reviewer background %s sh %s %s %s| yield on %s", j.tag, gated, j.gate, j.tag, j.tag)
+		}
+		raw := "<@" + slacktest.BotUserID + "> " + agent + " " + j.ask
+		ts, err := c.fake.AddUserMessage(j.channel, user, raw, "")
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		j.event = slacktest.AppMentionEvent("Ev"+strings.ToUpper(j.tag), j.channel, user, raw, ts, "")
+	}
+	return jobs
+}
+
+// start starts a life of the bridge and waits for its API (which a
+// failpoint may beat: then the life is over already).
+func (c *crashRun) start(env []string) *proc {
+	c.t.Helper()
+	if err := os.Remove(filepath.Join(c.data, addrFile)); err != nil && !os.IsNotExist(err) {
+		c.t.Fatal(err)
+	}
+	p := startBridge(c.t, filepath.Dir(c.data), env, "run", "--config", filepath.Join(filepath.Dir(c.data), "bridge.yaml"))
+	c.base, c.tok, _ = p.tryAPI(c.data)
+	return p
+}
+
+// live drives the workload until the bridge dies at a failpoint or delay
+// has passed (then it is killed), and says how it ended.
+func (c *crashRun) live(p *proc, life int, delay time.Duration) string {
+	if c.base == "" {
+		return "at start"
+	}
+	kill := time.NewTimer(delay)
+	defer kill.Stop()
+	for first := true; ; first = false {
+		c.pass(life, first)
+		select {
+		case <-p.done:
+			return "died" // at its failpoint (or by itself: the caller fails)
+		case <-kill.C:
+			_ = p.cmd.Process.Signal(syscall.SIGKILL)
+			return fmt.Sprintf("SIGKILL after %v", delay.Round(time.Millisecond))
+		case <-time.After(50 * time.Millisecond): // a polling tick
+		}
+	}
+}
+
+// list reads all requests through the API.
+func (c *crashRun) list() ([]*requests.Request, bool) {
+	var out struct {
+		Requests []*requests.Request `json:"requests"`
+	}
+	code, err := apiCall(http.MethodGet, c.base+"/v1/requests", c.tok, nil, &out)
+	return out.Requests, err == nil && code == http.StatusOK
+}
+
+// pass does the next step of every released job.
+func (c *crashRun) pass(life int, first bool) {
+	reqs, ok := c.list()
+	if !ok {
+		return
+	}
+	for _, j := range c.jobs {
+		if j.release <= life {
+			c.drive(j, reqs, first)
+		}
+	}
+}
+
+// drive does job j's next step; first: the first pass of a life.
+func (c *crashRun) drive(j *crashJob, reqs []*requests.Request, first bool) {
+	root := askOf(reqs, j.ask)
+	if root == nil {
+		if first && j.acked {
+			// Acknowledged before the kill, gone after it: Slack would
+			// not send it again.
+			c.lostAfterAck++
+			c.t.Logf("%s (%s): its event was acknowledged, then lost by the kill", j.tag, j.kind)
+		}
+		code := c.slackPost("/slack/events", "application/json", j.event)
+		c.sent++
+		j.acked = code == http.StatusOK
+		return
+	}
+	j.acked = false
+	if first && c.rng.IntN(3) == 0 {
+		c.slackPost("/slack/events", "application/json", j.event) // Slack's retry: deduped
+		c.resent++
+	}
+	switch j.kind {
+	case crashApprove, crashDeny:
+		if root.State == requests.Pending {
+			c.clickCard(j, root)
+		}
+	case crashCancel:
+		if root.State == requests.Running && !root.CancelRequested {
+			c.post("/v1/requests/" + root.ID.String() + "/cancel")
+			c.cancels++
+		}
+	case crashRetry:
+		if root.State.Terminal() {
+			c.retry(reqs, root)
+		}
+	case crashDelegateCancel:
+		if root.State.Terminal() {
+			if err := os.WriteFile(j.gate, nil, 0o644); err != nil {
+				c.t.Fatal(err)
+			}
+			c.retry(reqs, root)
+			return
+		}
+		rbs := delegatedBy(reqs, root.ID)
+		if root.State == requests.Running && !root.CancelRequested && len(rbs) > 0 &&
+			rbs[0].State == requests.Running && strings.HasPrefix(rbs[0].Activity, "waiting") {
+			c.post("/v1/requests/" + root.ID.String() + "/cancel")
+			c.cancels++
+		}
+	}
+}
+
+// retry retries ended request r through the API unless it was (a check
+// and an act, safe as the driver is the only one to retry), and approves
+// the retry (the API's holder is no owner: its asks wait for approval).
+func (c *crashRun) retry(reqs []*requests.Request, r *requests.Request) {
+	switch again := retryOf(reqs, r.ID); {
+	case again == nil:
+		c.post("/v1/requests/" + r.ID.String() + "/retry")
+		c.retries++
+	case again.State == requests.Pending:
+		c.post("/v1/approvals/" + again.ID.String() + "/approve")
+	}
+}
+
+// clickCard clicks the button of request r's approval card (once it is
+// posted) that job j's kind asks for.
+func (c *crashRun) clickCard(j *crashJob, r *requests.Request) {
+	if j.click == nil {
+		rx := regexp.MustCompile(`"block_id":"(approval:` + regexp.QuoteMeta(r.ID.String()) + `:\d+)"`)
+		for _, m := range c.fake.Messages() {
+			if sub := rx.FindSubmatch(m.BlocksJSON); m.Channel == j.channel && sub != nil {
+				action := "approve"
+				if j.kind == crashDeny {
+					action = "deny"
+				}
+				j.click = slacktest.BlockActionsPayload("UOWNER", m.Channel, m.TS, m.ThreadTS, string(sub[1]), action, r.ID.String())
+				break
+			}
+		}
+		if j.click == nil {
+			return // the card is not posted yet
+		}
+	}
+	c.slackPost("/slack/interactivity", "application/x-www-form-urlencoded",
+		[]byte(slacktest.InteractivityForm(j.click).Encode()))
+	c.clicks++
+}
+
+// slackPost sends a signed webhook to the bridge and returns its status (0
+// if the bridge did not answer).
+func (c *crashRun) slackPost(path, contentType string, body []byte) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", contentType)
+	slacktest.SignRequest(req, body, crashSecret, time.Now())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// post POSTs an API call (its answer does not matter: the next pass reads
+// the store).
+func (c *crashRun) post(path string) {
+	_, _ = apiCall(http.MethodPost, c.base+path, c.tok, nil, nil)
+}
+
+// settled: every job has got where it goes, every request is terminal, the
+// outbox is empty.
+func (c *crashRun) settled() bool {
+	reqs, ok := c.list()
+	if !ok {
+		return false
+	}
+	for _, r := range reqs {
+		if !r.State.Terminal() {
+			return false
+		}
+	}
+	for _, j := range c.jobs {
+		root := askOf(reqs, j.ask)
+		if root == nil {
+			return false
+		}
+		if (j.kind == crashRetry || j.kind == crashDelegateCancel) && retryOf(reqs, root.ID) == nil {
+			return false
+		}
+	}
+	return scrapeMetrics(c.t, c.base)[`roombridge_outbox_depth{surface="slack"}`] == 0
+}
+
+// dump logs every job's requests (when the run did not settle).
+func (c *crashRun) dump() {
+	reqs, _ := c.list()
+	for _, r := range reqs {
+		c.t.Logf("%s %s %s cancel=%v activity=%q ask=%q retry_of=%s delegated_by=%s result=%q", r.ID, r.Agent, r.State,
+			r.CancelRequested, r.Activity, r.Ask, r.RetryOf, r.DelegatedBy, r.Result)
+	}
+	c.t.Logf("outbox depth: %v", scrapeMetrics(c.t, c.base)[`roombridge_outbox_depth{surface="slack"}`])
+}
+
+// checkStore checks the store of the dead bridge: request IDs consecutive
+// per day from 1, no half-written request, each request's audit trail an
+// unbroken chain ending in its state, task IDs unique. It returns the
+// number of requests.
+func (c *crashRun) checkStore(when string) int {
+	c.t.Helper()
+	st := openStore(c.t, c.data)
+	defer st.close()
+	all, err := st.svc.List(context.Background(), requests.Filter{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	next := map[string]int{}
+	for _, r := range all {
+		day := r.ID.String()[:9]
+		if next[day]++; r.ID.Seq() != next[day] {
+			c.t.Fatalf("%s: request %s: IDs of %s are not consecutive from 1 (want seq %d)", when, r.ID, day, next[day])
+		}
+		if r.Agent == "" || r.Ask == "" || r.State == 0 || r.Version == 0 {
+			c.t.Fatalf("%s: half-written request: %+v", when, r)
+		}
+		auditTrail(c.t, st.db, r)
+	}
+	st.taskStates()
+	return len(all)
+}
+
+// checkEnd checks the settled run: each job's requests where the job puts
+// them (none missing, none doubled), one thread parent per request in the
+// fake Slack, every task's result delivered.
+func (c *crashRun) checkEnd() {
+	t := c.t
+	st := openStore(t, c.data)
+	defer st.close()
+	ctx := context.Background()
+	all, err := st.svc.List(ctx, requests.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	accounted := map[requests.ID]bool{}
+	want := func(j *crashJob, r *requests.Request, state requests.State, what string) {
+		t.Helper()
+		accounted[r.ID] = true
+		if r.State != state {
+			t.Errorf("%s (%s): %s %s is %s (%s %q), want %s", j.tag, j.kind, what, r.ID, r.State, r.Reason, r.Result, state)
+		}
+	}
+	// delegated checks a delegation by root: exactly one delegated request,
+	// in state rb; if done, root's answer is B's, B's the task's result.
+	delegated := func(j *crashJob, root *requests.Request, rb requests.State) {
+		t.Helper()
+		rbs := delegatedBy(all, root.ID)
+		for _, b := range rbs {
+			accounted[b.ID] = true
+		}
+		switch {
+		case len(rbs) == 0:
+			t.Errorf("%s (%s): %s delegated nothing", j.tag, j.kind, root.ID)
+			return
+		case len(rbs) > 1:
+			msg := fmt.Sprintf("%s (%s): %s delegated %d requests %v, want 1", j.tag, j.kind, root.ID, len(rbs), ids(rbs))
+			if st.count(root.ID, "resume") == 0 || os.Getenv(crashStrictEnv) != "" {
+				t.Error(msg)
+			} else {
+				c.knownDefect(msg + " (its first turn was resumed)")
+			}
+		}
+		// B: the one whose answer A got (the first, if A got none).
+		b := rbs[0]
+		for _, x := range rbs {
+			if strings.HasPrefix(root.Result, "got answer "+x.ID.String()+": ") {
+				b = x
+			}
+		}
+		want(j, b, rb, "B's request")
+		for _, x := range rbs {
+			if !x.State.Terminal() {
+				t.Errorf("%s (%s): B's request %s is %s", j.tag, j.kind, x.ID, x.State)
+			}
+		}
+		answer := "got answer " + b.ID.String() + ": " + b.Result
+		if root.State == requests.Done && (!strings.HasPrefix(b.Result, "got task_result T-") ||
+			root.Result != answer && (len(rbs) == 1 || !strings.HasPrefix(root.Result, answer))) {
+			t.Errorf("%s (%s): A %s answered %q, B %s %q: want B's answer from its task's result", j.tag, j.kind,
+				root.ID, root.Result, b.ID, b.Result)
+		}
+	}
+	for _, j := range c.jobs {
+		var roots []*requests.Request
+		for _, r := range all {
+			if r.Ask == j.ask && r.RetryOf.IsZero() && r.DelegatedBy.IsZero() {
+				roots = append(roots, r)
+			}
+		}
+		if len(roots) != 1 {
+			t.Errorf("%s (%s): %d requests %v for its event, want 1", j.tag, j.kind, len(roots), ids(roots))
+			continue
+		}
+		root := roots[0]
+		switch j.kind {
+		case crashOwner, crashApprove:
+			want(j, root, requests.Done, "the request")
+			if root.Result != j.tag+"-done" {
+				t.Errorf("%s (%s): %s answered %q", j.tag, j.kind, root.ID, root.Result)
+			}
+		case crashDeny:
+			want(j, root, requests.Cancelled, "the request")
+			if root.Reason != "denied by slack:UOWNER" {
+				t.Errorf("%s (deny): %s reason %q", j.tag, root.ID, root.Reason)
+			}
+		case crashExpire:
+			want(j, root, requests.Expired, "the request")
+		case crashCancel:
+			want(j, root, requests.Cancelled, "the request")
+		case crashRetry, crashDelegateCancel:
+			first, state := requests.Failed, requests.Failed
+			if j.kind == crashDelegateCancel {
+				first, state = requests.Cancelled, requests.Done
+			}
+			want(j, root, first, "the request")
+			var retries []*requests.Request
+			for _, r := range all {
+				if r.RetryOf == root.ID {
+					retries = append(retries, r)
+				}
+			}
+			if len(retries) != 1 {
+				t.Errorf("%s (%s): %d retries %v of %s, want 1", j.tag, j.kind, len(retries), ids(retries), root.ID)
+				continue
+			}
+			want(j, retries[0], state, "the retry")
+			if j.kind == crashDelegateCancel {
+				delegated(j, root, requests.Cancelled)
+				delegated(j, retries[0], requests.Done)
+			}
+		case crashDelegate:
+			want(j, root, requests.Done, "A's request")
+			delegated(j, root, requests.Done)
+		}
+	}
+	for _, r := range all {
+		if !accounted[r.ID] {
+			t.Errorf("request %s (%s, %s, %q) belongs to no job", r.ID, r.Agent, r.State, r.Ask)
+		}
+	}
+
+	// One thread parent per request: a top-level post of the bot whose
+	// text starts with the request's ID.
+	parents := map[string]int{}
+	rx := regexp.MustCompile(`^(R\d{8}-\d+) · `)
+	for _, m := range c.fake.Messages() {
+		if sub := rx.FindStringSubmatch(m.Text); m.ThreadTS == "" && m.User == slacktest.BotUserID && sub != nil {
+			parents[sub[1]]++
+		}
+	}
+	for _, r := range all {
+		if n := parents[r.ID.String()]; n != 1 {
+			t.Errorf("%s: %d thread parents posted in the fake Slack, want 1", r.ID, n)
+		}
+	}
+
+	// Every task ended, and its result reached the request that started
+	// it: an input of one of its turns, or (that request had ended) an
+	// audit record that it arrived after the end; a task stopped because
+	// its request was cancelled has nobody to tell.
+	tasks, err := st.del.Tasks(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.ReadFile(c.agentLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range tasks {
+		if tk.State == delegation.TaskRunning {
+			t.Errorf("task %s (%s of %s) still runs", tk.ID, tk.Name, tk.Request)
+			continue
+		}
+		input := regexp.MustCompile(`(?m)^\S+ input ` + regexp.QuoteMeta(tk.Request.String()) + ` task_result ` + regexp.QuoteMeta(tk.ID) + `: `)
+		switch {
+		case input.Match(log):
+		case tk.State == delegation.TaskStopped && tk.Reason == "its request was cancelled":
+		case auditHas(t, st, tk.Request, "undelivered", "the result of task "+tk.ID+" "),
+			auditHas(t, st, tk.Request, "undelivered", "task_result arrived after the last turn: task "+tk.ID+" "):
+		default:
+			r := st.get(tk.Request)
+			var lines []string
+			for l := range strings.Lines(string(log)) {
+				if strings.Contains(l, " "+r.ID.String()) {
+					lines = append(lines, "  "+l)
+				}
+			}
+			t.Errorf("task %s (%s of %s, %s: %s): its result reached no turn of %s (%s: %s) and is not recorded as undelivered; its audit:\n%sits agent's log:\n%s",
+				tk.ID, tk.Name, tk.Request, tk.State, tk.Reason, r.ID, r.State, r.Reason, auditText(t, st, r.ID), strings.Join(lines, ""))
+		}
+	}
+}
+
+// auditText is request id's audit trail, a record a line.
+func auditText(t *testing.T, st *offlineStore, id requests.ID) string {
+	t.Helper()
+	recs, err := audit.List(context.Background(), st.db, audit.Query{RequestID: id.String()}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, r := range recs {
+		fmt.Fprintf(&b, "  %s %s %s %s→%s %s\n", r.Time.Format("15:04:05.000"), r.Actor, r.Action, r.From, r.To, r.Detail)
+	}
+	return b.String()
+}
+
+// auditHas reports whether request id has an audit record of action whose
+// detail starts with prefix.
+func auditHas(t *testing.T, st *offlineStore, id requests.ID, action, prefix string) bool {
+	t.Helper()
+	recs, err := audit.List(context.Background(), st.db, audit.Query{RequestID: id.String()}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.ContainsFunc(recs, func(r audit.Record) bool { return r.Action == action && strings.HasPrefix(r.Detail, prefix) })
+}
+
+// askOf is the request made by an ask event: not a retry, not delegated.
+func askOf(reqs []*requests.Request, ask string) *requests.Request {
+	for _, r := range reqs {
+		if r.Ask == ask && r.RetryOf.IsZero() && r.DelegatedBy.IsZero() {
+			return r
+		}
+	}
+	return nil
+}
+
+// retryOf is the (first) retry of request id.
+func retryOf(reqs []*requests.Request, id requests.ID) *requests.Request {
+	for _, r := range reqs {
+		if r.RetryOf == id {
+			return r
+		}
+	}
+	return nil
+}
+
+// delegatedBy lists the requests that request id delegated.
+func delegatedBy(reqs []*requests.Request, id requests.ID) []*requests.Request {
+	var out []*requests.Request
+	for _, r := range reqs {
+		if r.DelegatedBy == id {
+			out = append(out, r)
+		}
+	}
+	return out
+}
