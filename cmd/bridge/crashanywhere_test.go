@@ -166,17 +166,29 @@ func TestCrashAnywhere(t *testing.T) {
 		}
 	})
 
+	// The kill schedule, drawn before anything that depends on timing
+	// draws from the seeded source: each life is killed after a random
+	// delay, or (half of them) at a random failpoint's first, second or
+	// third hit, if it comes within a second more.
+	type crashLife struct {
+		failpoint string
+		delay     time.Duration
+	}
+	lives := make([]crashLife, kills)
+	for i := range lives {
+		if c.rng.IntN(2) == 0 {
+			lives[i].failpoint = fmt.Sprintf("%s@%d", crashFailpoints[c.rng.IntN(len(crashFailpoints))], 1+c.rng.IntN(3))
+			lives[i].delay = time.Second
+		}
+		lives[i].delay += time.Duration(c.rng.Int64N(int64(2500 * time.Millisecond)))
+	}
+
 	env := []string{"DEMO_AGENT_LOG=" + c.agentLog}
 	fired := map[string]int{}
-	for life := 0; life < kills; life++ {
-		lifeEnv, fp := env, ""
-		if c.rng.IntN(2) == 0 {
-			fp = fmt.Sprintf("%s@%d", crashFailpoints[c.rng.IntN(len(crashFailpoints))], 1+c.rng.IntN(3))
-			lifeEnv = append(env[:len(env):len(env)], failpoint.EnvVar+"="+fp)
-		}
-		delay := time.Duration(c.rng.Int64N(int64(2500 * time.Millisecond)))
+	for life, l := range lives {
+		lifeEnv, fp, delay := env, l.failpoint, l.delay
 		if fp != "" {
-			delay += time.Second // the failpoint's chance; then a kill all the same
+			lifeEnv = append(env[:len(env):len(env)], failpoint.EnvVar+"="+fp)
 		}
 		p := c.start(lifeEnv)
 		how := c.live(p, life, delay)
@@ -268,7 +280,7 @@ func (c *crashRun) workload(rounds, lives int, dir, bg, gated string) []*crashJo
 	for i, j := range jobs {
 		j.release = i * spread / len(jobs)
 		j.channel = fmt.Sprintf("C%d", i%6)
-		user, agent := "UOWNER", "coder"
+		user := "UOWNER"
 		switch j.kind {
 		case crashOwner:
 			j.ask = fmt.Sprintf("say %s; tool t%s 150ms; echo %s-done", j.tag, j.tag, j.tag)
@@ -286,7 +298,7 @@ func (c *crashRun) workload(rounds, lives int, dir, bg, gated string) []*crashJo
 			j.gate = filepath.Join(dir, "gate-"+j.tag)
 			j.ask = fmt.Sprintf("ask reviewer background %s sh %s %s %s| yield on %s", j.tag, gated, j.gate, j.tag, j.tag)
 		}
-		raw := "<@" + slacktest.BotUserID + "> " + agent + " " + j.ask
+		raw := "<@" + slacktest.BotUserID + "> coder " + j.ask
 		ts, err := c.fake.AddUserMessage(j.channel, user, raw, "")
 		if err != nil {
 			c.t.Fatal(err)

@@ -44,7 +44,7 @@ const (
 	soakGoroutineRatio = 1.2
 	soakGoroutineSlack = 10
 	soakFDSlack        = 10
-	soakThreadSlack    = 8
+	soakThreadSlack    = 10
 	soakRSSRatio       = 1.3
 	soakOutboxSlack    = 20
 	// soakStorePerRequest bounds the bolt file's bytes per request made
