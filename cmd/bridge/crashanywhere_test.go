@@ -92,10 +92,21 @@ type crashRun struct {
 	known                                                []string
 }
 
+// The known defects (see TestCrashAnywhere).
+const (
+	defectRepeatedCall = "a resumed turn repeats the calls of its cut turn"
+	defectAckedLost    = "an event acknowledged to Slack is lost by a kill before it is stored"
+)
+
 // knownDefect records a failure of a known defect (see TestCrashAnywhere),
-// logged at the end; ROOMBRIDGE_CRASH_STRICT makes it an error.
-func (c *crashRun) knownDefect(msg string) {
-	c.known = append(c.known, msg)
+// logged at the end; with ROOMBRIDGE_CRASH_STRICT set it is an error.
+func (c *crashRun) knownDefect(defect, msg string) {
+	c.t.Helper()
+	if os.Getenv(crashStrictEnv) != "" {
+		c.t.Errorf("%s (%s)", msg, defect)
+		return
+	}
+	c.known = append(c.known, fmt.Sprintf("%s: %s", defect, msg))
 }
 
 // TestCrashAnywhere (issue 9): a scripted workload on a fake Slack (owner
@@ -115,14 +126,21 @@ func (c *crashRun) knownDefect(msg string) {
 // as arriving after that request ended); the audit log has exactly one
 // record per transition.
 //
-// Known defect: a turn cut by a kill after one of its calls (ask_agent,
-// background_run) committed, but before the turn ended, is resumed with its
-// ask again; the demo agent keeps no memory across processes and makes the
-// call again, and the bridge does not make these calls idempotent across a
-// resume: a second delegated request (or task) follows. Such a duplicate
-// (whose asker's audit shows a resume) is logged as a known defect, and
-// the rest checked on it (it ends; its results are delivered or recorded);
-// ROOMBRIDGE_CRASH_STRICT=1 fails on it.
+// Known defects, logged as such at the end (ROOMBRIDGE_CRASH_STRICT=1 fails
+// on them):
+//   - A turn cut by a kill after one of its calls (ask_agent,
+//     background_run) committed, but before the turn ended, is resumed with
+//     its ask again; the demo agent keeps no memory across processes and
+//     makes the call again, and the bridge does not make these calls
+//     idempotent across a resume: a second delegated request (or task)
+//     follows. Such a duplicate (whose asker's audit shows a resume) is
+//     logged, and the rest checked on it (it ends; its results are
+//     delivered or recorded).
+//   - The Slack connector acknowledges an event (200) before the core has
+//     stored it (it answers within Slack's 3 s before any slow work); a
+//     kill in between loses the event, which Slack would not send again.
+//     The test sends it again all the same (as Slack does when it got no
+//     answer), so the rest is checked, and logs the loss.
 //
 // ROOMBRIDGE_CRASH_SEED sets the seed (logged: a failing run is replayed
 // with it; the kill schedule and the workload follow from it, the timing
@@ -233,7 +251,7 @@ func TestCrashAnywhere(t *testing.T) {
 	n := c.checkStore("at the end")
 	c.checkEnd()
 	for _, k := range c.known {
-		t.Logf("KNOWN DEFECT (a resumed turn repeats the calls of its cut turn; %s=1 fails on it): %s", crashStrictEnv, k)
+		t.Logf("KNOWN DEFECT (%s=1 fails on it): %s", crashStrictEnv, k)
 	}
 	t.Logf("%d kills (failpoints fired: %v), %d jobs, %d requests; events sent %d, re-sent %d (Slack's retries), "+
 		"acknowledged but lost by a kill %d; clicks %d, cancels %d, retries %d; settled %v after the last start; %v in all",
@@ -371,7 +389,8 @@ func (c *crashRun) drive(j *crashJob, reqs []*requests.Request, first bool) {
 			// Acknowledged before the kill, gone after it: Slack would
 			// not send it again.
 			c.lostAfterAck++
-			c.t.Logf("%s (%s): its event was acknowledged, then lost by the kill", j.tag, j.kind)
+			c.knownDefect(defectAckedLost, fmt.Sprintf("%s (%s): its event %s was acknowledged (200), then lost by the kill",
+				j.tag, j.kind, "Ev"+strings.ToUpper(j.tag)))
 		}
 		code := c.slackPost("/slack/events", "application/json", j.event)
 		c.sent++
@@ -571,10 +590,10 @@ func (c *crashRun) checkEnd() {
 			return
 		case len(rbs) > 1:
 			msg := fmt.Sprintf("%s (%s): %s delegated %d requests %v, want 1", j.tag, j.kind, root.ID, len(rbs), ids(rbs))
-			if st.count(root.ID, "resume") == 0 || os.Getenv(crashStrictEnv) != "" {
+			if st.count(root.ID, "resume") == 0 {
 				t.Error(msg)
 			} else {
-				c.knownDefect(msg + " (its first turn was resumed)")
+				c.knownDefect(defectRepeatedCall, msg+" (its first turn was resumed)")
 			}
 		}
 		// B: the one whose answer A got (the first, if A got none).
