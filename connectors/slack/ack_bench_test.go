@@ -20,7 +20,9 @@ const ackRate = 200
 // (request in → HTTP 200; envelope sent → ack received, on the fake's clock)
 // while events arrive at 200 per second on loopback, each a member's mention
 // that the real core turns into a pending request with its parent, approval
-// card and DM posted through the outbox meanwhile. Each iteration is one
+// card and DM posted through the outbox meanwhile. The ack waits for the
+// core's Handle (the request committed to the bolt file), so this is also the
+// latency of the store's commit under that load. Each iteration is one
 // event; run with -benchtime=2000x for 10 s of load. It reports p50, p99 and
 // max in ms.
 func BenchmarkAckLatency(b *testing.B) {

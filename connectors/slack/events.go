@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"time"
 
 	slackgo "github.com/slack-go/slack"
 	"github.com/slack-go/slack/slackevents"
@@ -28,10 +29,12 @@ const (
 // refused before any parsing unless it is at most MaxBody (else 413) and
 // signed with the signing secret within Slack's 5-minute window (else 401);
 // a signed body that is not a Slack payload gets 400. A valid event is queued
-// for h and answered 200 at once; the core handles it afterwards. While the
-// connector does not run here (before Run, or on an HA follower, which serves
-// the webhooks but not the leader's work) or its queue is full, events get
-// 503 and Slack delivers them again.
+// for h and answered 200 once the core has handled (stored) it, or when
+// Options.AckBudget since the request came has run out, whichever is first
+// (Slack wants its answer within 3 s). While the connector does not run here
+// (before Run, or on an HA follower, which serves the webhooks but not the
+// leader's work) or its queue is full, events get 503 and Slack delivers them
+// again.
 //
 // Refusals are logged, and reported to h as chat.Refused events, which the
 // core audits at a bounded rate (an audit record per forged request would
@@ -81,6 +84,7 @@ func (c *Connector) refuse(w http.ResponseWriter, r *http.Request, h chat.Handle
 }
 
 func (c *Connector) serveEvents(w http.ResponseWriter, r *http.Request, h chat.Handler) {
+	arrived := time.Now()
 	body, ok := c.verified(w, r, h)
 	if !ok {
 		return
@@ -113,8 +117,7 @@ func (c *Connector) serveEvents(w http.ResponseWriter, r *http.Request, h chat.H
 	case slackevents.AppRateLimited:
 		c.log.WarnContext(r.Context(), "Slack is dropping events: app rate limited (30,000 events per hour)")
 	case slackevents.CallbackEvent:
-		if cev, ok := c.fromEventsAPI(ev); ok && !c.inbound.submit(h, cev) {
-			http.Error(w, "busy", http.StatusServiceUnavailable)
+		if cev, ok := c.fromEventsAPI(ev); ok && !c.take(w, r, h, arrived, cev) {
 			return
 		}
 	}
@@ -122,6 +125,7 @@ func (c *Connector) serveEvents(w http.ResponseWriter, r *http.Request, h chat.H
 }
 
 func (c *Connector) serveInteractivity(w http.ResponseWriter, r *http.Request, h chat.Handler) {
+	arrived := time.Now()
 	body, ok := c.verified(w, r, h)
 	if !ok {
 		return
@@ -132,11 +136,22 @@ func (c *Connector) serveInteractivity(w http.ResponseWriter, r *http.Request, h
 		c.refuse(w, r, h, http.StatusBadRequest, "not an interaction payload", err)
 		return
 	}
-	for _, ev := range fromInteraction(ic) {
-		if !c.inbound.submit(h, ev) {
-			http.Error(w, "busy", http.StatusServiceUnavailable)
-			return
-		}
+	if evs := fromInteraction(ic); len(evs) > 0 && !c.take(w, r, h, arrived, evs...) {
+		return
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// take queues the events of a webhook request that arrived at arrived and
+// waits until the core has handled them or the ack budget has run out. If
+// they cannot be queued it answers 503 (Slack delivers them again) and
+// returns false.
+func (c *Connector) take(w http.ResponseWriter, r *http.Request, h chat.Handler, arrived time.Time, evs ...chat.Event) bool {
+	d, ok := c.inbound.submit(h, arrived, evs...)
+	if !ok {
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+		return false
+	}
+	d.wait(r.Context())
+	return true
 }

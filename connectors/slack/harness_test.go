@@ -56,6 +56,9 @@ type setup struct {
 	fake     []slacktest.Option
 	conn     func(*slack.Options)
 	wrapHTTP func(http.RoundTripper) http.RoundTripper
+	// handler, if set, wraps the core's chat.Handler as the connector sees
+	// it (a slow or stuck core).
+	handler func(chat.Handler) chat.Handler
 }
 
 // Fast pacing for tests that post a lot: the fake allows one post per
@@ -159,8 +162,12 @@ func (h *harness) start() {
 	}
 	sched := agents.NewScheduler(svc, th, h.log, ags...)
 	deliver := threads.NewDeliverer(db, clk, h.log, conn)
+	var core chat.Handler = router
+	if h.s.handler != nil {
+		core = h.s.handler(router)
+	}
 	var web *httptest.Server
-	if routes := conn.Routes(router); routes != nil {
+	if routes := conn.Routes(core); routes != nil {
 		mux := http.NewServeMux()
 		for pattern, hd := range routes {
 			mux.Handle(pattern, hd)
@@ -170,7 +177,7 @@ func (h *harness) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, run := range []func(context.Context) error{sched.Run, deliver.Run,
-		func(ctx context.Context) error { return conn.Run(ctx, router) }} {
+		func(ctx context.Context) error { return conn.Run(ctx, core) }} {
 		wg.Go(func() {
 			if err := run(ctx); err != nil && ctx.Err() == nil {
 				t.Errorf("run: %v", err)

@@ -10,27 +10,32 @@ import (
 	"github.com/roombridge/roombridge/chat"
 )
 
-// job is an acknowledged inbound event waiting for the core.
+// job is an inbound event waiting for the core. done, if not nil, is closed
+// once the core's Handle for it has returned (or panicked).
 type job struct {
-	h  chat.Handler
-	ev chat.Event
+	h    chat.Handler
+	ev   chat.Event
+	done chan struct{}
 }
 
-// pool hands acknowledged events to the core off the acknowledging
-// goroutine: a fixed number of workers, each with a bounded queue. Events of
-// one thread (or one card) always go to the same worker, so they reach the
-// core in the order Slack sent them.
+// pool hands inbound events to the core off the receiving goroutine: a
+// fixed number of workers, each with a bounded queue. Events of one thread
+// (or one card) always go to the same worker, so they reach the core in the
+// order Slack sent them. A delivery is acknowledged to Slack once the core
+// has handled its events or the ack budget has run out (delivery.wait).
 type pool struct {
 	shards  []chan job
 	log     *slog.Logger
+	budget  time.Duration
 	respond func(ctx context.Context, ev chat.Event, r chat.Response)
 
 	mu      sync.RWMutex
-	running bool
+	running bool // events are accepted
+	working bool // workers run: a queued event's done is closed once handled
 }
 
-func newPool(workers, queue int, log *slog.Logger, respond func(context.Context, chat.Event, chat.Response)) *pool {
-	p := &pool{log: log, respond: respond}
+func newPool(workers, queue int, budget time.Duration, log *slog.Logger, respond func(context.Context, chat.Event, chat.Response)) *pool {
+	p := &pool{log: log, budget: budget, respond: respond}
 	per := max(queue/workers, 1)
 	for range workers {
 		p.shards = append(p.shards, make(chan job, per))
@@ -38,25 +43,88 @@ func newPool(workers, queue int, log *slog.Logger, respond func(context.Context,
 	return p
 }
 
-// submit queues ev for h without blocking. It reports false when the
-// event's queue is full or the pool is not running (before Run, after it, and
-// on an HA follower, whose webhooks are served but whose connectors do not
-// run): the caller must then not acknowledge the event, so that Slack
-// delivers it again.
-func (p *pool) submit(h chat.Handler, ev chat.Event) bool {
+// delivery is one delivery from Slack (a webhook request or a Socket Mode
+// envelope) whose events are queued for the core.
+type delivery struct {
+	p       *pool
+	arrived time.Time
+	evs     []chat.Event
+	done    []chan struct{}
+}
+
+// submit queues evs (the events of one delivery that arrived at arrived),
+// in order, for h without blocking. It reports false when an event's queue is
+// full or the pool is not running (before Run, after it, and on an HA
+// follower, whose webhooks are served but whose connectors do not run): the
+// caller must then not acknowledge the delivery, so that Slack delivers it
+// again (the core dedupes the events queued before the refusal).
+func (p *pool) submit(h chat.Handler, arrived time.Time, evs ...chat.Event) (*delivery, bool) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	if !p.running {
-		p.log.Info("event refused: the connector is not running here (not the leader?); Slack will redeliver it",
-			"kind", string(ev.Kind), "event_id", ev.ID)
+	d := &delivery{p: p, arrived: arrived, evs: evs}
+	for _, ev := range evs {
+		if !p.running {
+			p.log.Info("event refused: the connector is not running here (not the leader?); Slack will redeliver it",
+				"kind", string(ev.Kind), "event_id", ev.ID)
+			return nil, false
+		}
+		j := job{h: h, ev: ev}
+		if p.working {
+			j.done = make(chan struct{})
+		}
+		select {
+		case p.shards[p.shard(ev)] <- j:
+			d.done = append(d.done, j.done)
+		default:
+			p.log.Warn("inbound queue full; event left unacknowledged for Slack to redeliver",
+				"kind", string(ev.Kind), "event_id", ev.ID, "channel", ev.Channel)
+			return nil, false
+		}
+	}
+	return d, true
+}
+
+// wait returns once the core has handled every event of d (it has stored
+// them: the core dedupes and records an event in one transaction), or the
+// ack budget since d arrived has run out, or ctx ends; d is then to be
+// acknowledged. It reports whether every event was handled. A budget run out
+// is logged: the core handles the events afterwards, but a crash before it
+// has stored them loses them (Slack does not deliver an acknowledged event
+// again).
+func (d *delivery) wait(ctx context.Context) bool {
+	t := time.NewTimer(time.Until(d.arrived.Add(d.p.budget)))
+	defer t.Stop()
+	for i, done := range d.done {
+		if done == nil {
+			continue // no worker runs to close it
+		}
+		select {
+		case <-done:
+		case <-t.C:
+			for k, ev := range d.evs[i:] {
+				if handled(d.done[i+k]) {
+					continue
+				}
+				d.p.log.WarnContext(ctx, "ack budget ran out: event acknowledged before the core stored it",
+					"kind", string(ev.Kind), "event_id", ev.ID, "channel", ev.Channel, "budget", d.p.budget)
+			}
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// handled reports whether done is closed (nil: unknown, false).
+func handled(done chan struct{}) bool {
+	if done == nil {
 		return false
 	}
 	select {
-	case p.shards[p.shard(ev)] <- job{h: h, ev: ev}:
+	case <-done:
 		return true
 	default:
-		p.log.Warn("inbound queue full; event left unacknowledged for Slack to redeliver",
-			"kind", string(ev.Kind), "event_id", ev.ID, "channel", ev.Channel)
 		return false
 	}
 }
@@ -75,11 +143,12 @@ func (p *pool) shard(ev chat.Event) int {
 }
 
 // start runs the workers until the returned stop is called. stop refuses
-// new events, lets the workers handle what is queued (acknowledged events
-// would be lost otherwise) for up to drainGrace, and returns when they have.
+// new events, lets the workers handle what is queued (some of it may be
+// acknowledged already, its budget run out: it would be lost otherwise) for
+// up to drainGrace, and returns when they have.
 func (p *pool) start(ctx context.Context) (stop func()) {
 	p.mu.Lock()
-	p.running = true
+	p.running, p.working = true, true
 	p.mu.Unlock()
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	quit := make(chan struct{})
@@ -96,6 +165,9 @@ func (p *pool) start(ctx context.Context) (stop func()) {
 		wg.Wait()
 		t.Stop()
 		cancel()
+		p.mu.Lock()
+		p.working = false
+		p.mu.Unlock()
 	}
 }
 
@@ -117,14 +189,26 @@ func (p *pool) work(ctx context.Context, q chan job, quit <-chan struct{}) {
 	}
 }
 
+// handle passes j's event to the core, marks it handled (its delivery may be
+// acknowledged), then tells the actor of a refusal.
 func (p *pool) handle(ctx context.Context, j job) {
 	ctx, cancel := context.WithTimeout(ctx, handleTimeout)
 	defer cancel()
+	done := j.done
+	defer func() {
+		if done != nil {
+			close(done) // Handle panicked
+		}
+	}()
 	defer func() {
 		if v := recover(); v != nil {
 			p.log.ErrorContext(ctx, "handler panicked", "kind", string(j.ev.Kind), "event_id", j.ev.ID, "panic", v)
 		}
 	}()
 	resp := j.h.Handle(ctx, j.ev)
+	if done != nil {
+		close(done)
+		done = nil
+	}
 	p.respond(ctx, j.ev, resp)
 }

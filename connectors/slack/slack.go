@@ -1,7 +1,18 @@
 // Package slack is the Slack surface: it receives mentions, thread replies and
-// button clicks over Socket Mode or the Events API (verified, acknowledged
-// within Slack's 3 s before any slow work), and posts, replies, updates and
-// sends direct messages through the Web API within Slack's rate limits.
+// button clicks over Socket Mode or the Events API, and posts, replies,
+// updates and sends direct messages through the Web API within Slack's rate
+// limits.
+//
+// An inbound event is verified, queued for the core (events of one thread or
+// card in order, a bounded number at once), and acknowledged to Slack (HTTP
+// 200, the envelope's ack) once the core's Handle for it has returned: the
+// core has then stored it (deduped by event ID, the request or decision
+// committed in one transaction), so a crash after the ack loses nothing.
+// Slack wants its ack within 3 s, and does not deliver an acknowledged event
+// again: if the core takes longer than Options.AckBudget (default 2.5 s) the
+// event is acknowledged anyway, logged, and handled afterwards (a crash in
+// that window loses it). A refusal is told to its actor (an ephemeral
+// message) after the ack.
 //
 // It uses github.com/slack-go/slack for everything Slack defines: the Web
 // API client, Socket Mode framing, Events API parsing and request signing.
@@ -59,10 +70,13 @@ const (
 	DefaultUpdateBurst = 20
 	// DefaultWorkers is how many inbound events are handled at once.
 	DefaultWorkers = 8
-	// DefaultQueue bounds the inbound events acknowledged but not yet
-	// handled; when it is full new events are refused unacknowledged, so
-	// Slack delivers them again later.
+	// DefaultQueue bounds the inbound events received but not yet handled;
+	// when it is full new events are refused unacknowledged, so Slack
+	// delivers them again later.
 	DefaultQueue = 1024
+	// DefaultAckBudget is how long an inbound event may wait for the core
+	// before it is acknowledged anyway (Slack wants its ack within 3 s).
+	DefaultAckBudget = 2500 * time.Millisecond
 	// DefaultPingInterval is how long Socket Mode waits for Slack's ping
 	// before it reconnects (slack-go's default).
 	DefaultPingInterval = 30 * time.Second
@@ -72,9 +86,10 @@ const (
 // transaction cannot hold a worker forever.
 const handleTimeout = 30 * time.Second
 
-// drainGrace bounds how long Run keeps handling events it acknowledged
-// before ctx ended (they would be lost otherwise: Slack does not redeliver an
-// acknowledged event).
+// drainGrace bounds how long Run keeps handling events queued before ctx
+// ended (some may be acknowledged already, their ack budget run out: they
+// would be lost otherwise, as Slack does not redeliver an acknowledged
+// event).
 const drainGrace = 5 * time.Second
 
 // Options configure a Connector. Zero values take the defaults.
@@ -109,6 +124,9 @@ type Options struct {
 	// Workers and Queue size the pool that hands inbound events to the core.
 	Workers int
 	Queue   int
+	// AckBudget is the longest an inbound event waits for the core before
+	// it is acknowledged anyway, from its arrival (default DefaultAckBudget).
+	AckBudget time.Duration
 	// PingInterval is Socket Mode's ping timeout (default DefaultPingInterval).
 	PingInterval time.Duration
 }
@@ -129,6 +147,7 @@ func (o *Options) setDefaults() {
 	o.UpdateBurst = cmp(o.UpdateBurst, DefaultUpdateBurst)
 	o.Workers = cmp(o.Workers, DefaultWorkers)
 	o.Queue = cmp(o.Queue, DefaultQueue)
+	o.AckBudget = cmp(o.AckBudget, DefaultAckBudget)
 	o.PingInterval = cmp(o.PingInterval, DefaultPingInterval)
 }
 
@@ -210,7 +229,7 @@ func New(opts Options) (*Connector, error) {
 		reads:   rate.NewLimiter(rate.Every(opts.UpdateEvery), opts.UpdateBurst),
 		dms:     map[string]string{},
 	}
-	c.inbound = newPool(opts.Workers, opts.Queue, log, c.respond)
+	c.inbound = newPool(opts.Workers, opts.Queue, opts.AckBudget, log, c.respond)
 	return c, nil
 }
 
@@ -219,7 +238,7 @@ func (c *Connector) Surface() string { return chat.Slack }
 
 // Run learns the bot's identity, then receives events until ctx ends: over
 // Socket Mode, or (events mode) from the webhooks of Routes. Events already
-// acknowledged when ctx ends are still handled, for up to drainGrace.
+// queued when ctx ends are still handled, for up to drainGrace.
 func (c *Connector) Run(ctx context.Context, h chat.Handler) error {
 	if err := c.whoAmI(ctx); err != nil {
 		return err

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	slackgo "github.com/slack-go/slack"
 	"github.com/slack-go/slack/slackevents"
@@ -16,15 +18,21 @@ import (
 // runSocket receives events over Socket Mode until ctx ends. slack-go holds
 // the connection: it opens it with apps.connections.open, reconnects with
 // jittered back-off on errors, disconnect requests and missed pings, and
-// returns only on fatal auth errors. Each envelope is queued for the core
-// and acknowledged at once, on this goroutine; an envelope that cannot be
-// queued is left unacknowledged so that Slack delivers it again.
+// returns only on fatal auth errors. Each envelope's events are queued for
+// the core on this goroutine (in the order Slack sent them); the envelope is
+// acknowledged, off it, once the core has handled them or the ack budget has
+// run out. An envelope that cannot be queued is left unacknowledged so that
+// Slack delivers it again; one still waiting when ctx ends is not
+// acknowledged either (the next leader gets it again, and the core dedupes it
+// if it was handled).
 func (c *Connector) runSocket(ctx context.Context, h chat.Handler) error {
 	smc := socketmode.New(c.api,
 		socketmode.OptionPingInterval(c.opts.PingInterval),
 		socketmode.OptionLog(slogOutput{c}))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var acks sync.WaitGroup
+	defer acks.Wait()
 	runErr := make(chan error, 1)
 	go func() { runErr <- smc.RunContext(ctx) }()
 	for {
@@ -35,12 +43,13 @@ func (c *Connector) runSocket(ctx context.Context, h chat.Handler) error {
 			}
 			return fmt.Errorf("slack: socket mode: %w", err)
 		case evt := <-smc.Events:
-			c.onSocketEvent(ctx, smc, h, evt)
+			c.onSocketEvent(ctx, smc, h, evt, &acks)
 		}
 	}
 }
 
-func (c *Connector) onSocketEvent(ctx context.Context, smc *socketmode.Client, h chat.Handler, evt socketmode.Event) {
+func (c *Connector) onSocketEvent(ctx context.Context, smc *socketmode.Client, h chat.Handler, evt socketmode.Event, acks *sync.WaitGroup) {
+	arrived := time.Now()
 	var events []chat.Event
 	switch evt.Type {
 	case socketmode.EventTypeEventsAPI:
@@ -75,14 +84,20 @@ func (c *Connector) onSocketEvent(ctx context.Context, smc *socketmode.Client, h
 	if evt.Request == nil {
 		return
 	}
-	for _, ev := range events {
-		if !c.inbound.submit(h, ev) {
-			return // not acknowledged: Slack redelivers it
+	id := evt.Request.EnvelopeID
+	d, ok := c.inbound.submit(h, arrived, events...)
+	if !ok {
+		return // not acknowledged: Slack redelivers it
+	}
+	acks.Go(func() {
+		d.wait(ctx)
+		if ctx.Err() != nil {
+			return
 		}
-	}
-	if err := smc.AckCtx(ctx, evt.Request.EnvelopeID, nil); err != nil && ctx.Err() == nil {
-		c.log.WarnContext(ctx, "socket mode ack failed", "envelope_id", evt.Request.EnvelopeID, "error", err)
-	}
+		if err := smc.AckCtx(ctx, id, nil); err != nil && ctx.Err() == nil {
+			c.log.WarnContext(ctx, "socket mode ack failed", "envelope_id", id, "error", err)
+		}
+	})
 }
 
 // ackBadMessage acknowledges an envelope slack-go could not parse: it will
