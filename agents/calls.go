@@ -1,11 +1,16 @@
 package agents
 
 import (
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 
+	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
@@ -21,14 +26,21 @@ import (
 //
 // A call nobody can serve, or with bad input, is answered with an Error and
 // audited (call_refused); the delegator audits its own refusals. It returns
-// when ctx ends, at the latest.
+// when ctx ends, at the latest. Call has no idempotency key (MCP calls are
+// not repeated by a resumed turn: the CLI resumes its own session); the
+// exec protocol's calls get theirs from the turn's Sink (see CallKey).
 func (s *Scheduler) Call(ctx context.Context, id requests.ID, ev Event) Response {
+	return s.call(ctx, id, ev, CallKey{})
+}
+
+// call is Call with the call's idempotency key (zero: none).
+func (s *Scheduler) call(ctx context.Context, id requests.ID, ev Event, key CallKey) Response {
 	switch ev.Type {
 	case EventRequestApproval:
 		if s.Approver == nil {
 			return s.refuse(ctx, id, ev, Response{Text: "not approved: no approver configured"})
 		}
-		d, err := s.Approver.RequestApproval(ctx, id.String(), ev.Action)
+		d, err := s.askPeople(ctx, id, ev, key)
 		if err != nil {
 			resp := Response{Text: "not approved: " + err.Error(), Error: err.Error()}
 			if ctx.Err() != nil {
@@ -38,11 +50,10 @@ func (s *Scheduler) Call(ctx context.Context, id requests.ID, ev Event) Response
 		}
 		return Response{OK: d.Approved(), Text: d.Answer(), Approval: d.Approval}
 	case EventAskUser:
-		q, _ := s.Approver.(Questioner)
-		if q == nil {
+		if q, _ := s.Approver.(Questioner); q == nil {
 			return s.refuse(ctx, id, ev, Response{Text: "no answer: nobody to ask (no approvals configured)"})
 		}
-		d, err := q.AskUser(ctx, id.String(), ev.Text)
+		d, err := s.askPeople(ctx, id, ev, key)
 		if err != nil {
 			resp := Response{Text: "no answer: " + err.Error(), Error: err.Error()}
 			if ctx.Err() != nil {
@@ -59,7 +70,7 @@ func (s *Scheduler) Call(ctx context.Context, id requests.ID, ev Event) Response
 		if s.Delegator == nil {
 			return s.refuse(ctx, id, ev, Response{Error: "delegation is not available"})
 		}
-		rb, err := s.Delegator.AskAgent(ctx, id, ev.Agent, ev.Text)
+		rb, err := s.Delegator.AskAgent(ctx, id, ev.Agent, ev.Text, key)
 		if err != nil {
 			return Response{Error: err.Error()}
 		}
@@ -68,7 +79,8 @@ func (s *Scheduler) Call(ctx context.Context, id requests.ID, ev Event) Response
 		if s.Delegator == nil {
 			return s.refuse(ctx, id, ev, Response{Error: "delegation is not available"})
 		}
-		task, err := s.Delegator.BackgroundRun(ctx, id, BackgroundRun{Name: ev.Name, Command: ev.Command, Agent: ev.Agent, Text: ev.Text})
+		task, err := s.Delegator.BackgroundRun(ctx, id, BackgroundRun{Name: ev.Name, Command: ev.Command, Agent: ev.Agent, Text: ev.Text,
+			Key: key})
 		if err != nil {
 			return Response{Error: err.Error()}
 		}
@@ -97,6 +109,200 @@ func (s *Scheduler) Call(ctx context.Context, id requests.ID, ev Event) Response
 		return Response{OK: true}
 	}
 	return s.refuse(ctx, id, ev, Response{Error: "unknown call " + ev.Type})
+}
+
+// asker is what the scheduler needs of an Approver to journal an agent's
+// asks of people (request_approval, ask_user): open an ask and wait on it
+// apart. *approvals.Service is one.
+type asker interface {
+	Open(ctx context.Context, ask approvals.ActionAsk) (*approvals.Approval, error)
+	OpenQuestion(ctx context.Context, requestID, question string) (*approvals.Approval, error)
+	Wait(ctx context.Context, id string) (approvals.Decision, error)
+}
+
+var _ asker = (*approvals.Service)(nil)
+
+// askPeople asks the people of request id's room for a permission
+// (request_approval) or an answer (ask_user) and waits for it. With a key
+// (an exec-protocol call) and an Approver that is an asker, the ask's ID is
+// journaled under the key as soon as it is open: the same call repeated by
+// the resumed turn waits on that ask, and so gets its decision (taken
+// before or after the cut) rather than opening a second card. The journal
+// is written just after the ask opens; a repeat in between finds the ask
+// still pending, and approvals reuses a pending ask with the same text.
+func (s *Scheduler) askPeople(ctx context.Context, id requests.ID, ev Event, key CallKey) (approvals.Decision, error) {
+	question := ev.Type == EventAskUser
+	o, ok := s.Approver.(asker)
+	if !ok || key.IsZero() {
+		if question {
+			return s.Approver.(Questioner).AskUser(ctx, id.String(), ev.Text)
+		}
+		return s.Approver.RequestApproval(ctx, id.String(), ev.Action)
+	}
+	askID := ""
+	if key.resumed {
+		err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
+			r, err := s.svc.GetTx(tx, id)
+			if err != nil {
+				return err
+			}
+			prev, _, err := ReplayCallTx(tx, s.svc, r, key)
+			askID = cmp.Or(prev.Approval, prev.Question)
+			return err
+		})
+		if err != nil {
+			return approvals.Decision{}, err
+		}
+	}
+	if askID == "" {
+		var a *approvals.Approval
+		var err error
+		rec := Response{}
+		if question {
+			a, err = o.OpenQuestion(ctx, id.String(), ev.Text)
+		} else {
+			a, err = o.Open(ctx, approvals.ActionAsk{RequestID: id.String(), Action: ev.Action})
+		}
+		if err != nil {
+			return approvals.Decision{}, err
+		}
+		if askID = a.ID; question {
+			rec.Question = a.ID
+		} else {
+			rec.Approval = a.ID
+		}
+		if err := s.svc.Store().Update(ctx, func(tx store.Tx) error { return RecordCallTx(tx, key, rec) }); err != nil {
+			return approvals.Decision{}, err
+		}
+	}
+	return o.Wait(ctx, askID)
+}
+
+// CallKey is the idempotency key of an exec-protocol call: its request, the
+// number of its turn and the call's id, with a digest of what it asks. A
+// turn resumed after a restart repeats the cut turn, with the same turn
+// number; an agent that keeps no memory across processes (the demo agent,
+// a script started again) makes the same calls again, with the same ids
+// (docs/agent-protocol.md: a call id is stable across a resumed turn). A
+// call that makes something (a delegated request, a task, an approval or a
+// question) records its answer under its key with RecordCallTx, in the
+// transaction that makes it; the same call of the resumed turn finds it
+// with ReplayCallTx, in the transaction that would make it again, and gets
+// the first answer: nothing is done twice.
+//
+// The zero CallKey is no key: the call is carried out as it comes. MCP
+// calls have none (the CLIs resume their own session and do not repeat a
+// tool call).
+type CallKey struct {
+	key     string // <owner>/<request key>/<turn>/<call id>
+	call    string // the call's type
+	id      string // the call's id
+	turn    int
+	digest  string // what the call asks: its type and arguments
+	resumed bool   // the call comes from a resumed turn: it may repeat one
+}
+
+// IsZero reports whether k is no key.
+func (k CallKey) IsZero() bool { return k.key == "" }
+
+// String names k's call as the audit log does: "ask_agent c2 of turn 1".
+func (k CallKey) String() string {
+	if k.IsZero() {
+		return "(no key)"
+	}
+	return fmt.Sprintf("%s %s of turn %d", k.call, k.id, k.turn)
+}
+
+// maxCallIDKey is the longest call id kept as it is in a journal key;
+// a longer one is kept as its digest (store keys are bounded).
+const maxCallIDKey = 128
+
+// newCallKey returns the key of call ev of turn number turn of the request
+// whose store key is reqKey (zero if ev has no id).
+func newCallKey(reqKey string, turn int, resumed bool, ev Event) CallKey {
+	if ev.ID == "" {
+		return CallKey{}
+	}
+	id := ev.ID
+	if len(id) > maxCallIDKey {
+		sum := sha256.Sum256([]byte(id))
+		id = "#" + hex.EncodeToString(sum[:16])
+	}
+	what := ev
+	what.ID = ""
+	b, _ := json.Marshal(what)
+	sum := sha256.Sum256(b)
+	return CallKey{key: fmt.Sprintf("%s/%06d/%s", reqKey, turn, id), call: ev.Type, id: ev.ID, turn: turn,
+		digest: hex.EncodeToString(sum[:16]), resumed: resumed}
+}
+
+// callRecord is a journaled call: what it asked and its answer.
+type callRecord struct {
+	Call     string   `json:"call"`
+	Digest   string   `json:"digest"`
+	Response Response `json:"response"`
+}
+
+// ReplayCallTx looks in tx for the answer recorded under key (see CallKey)
+// and reports whether the call is a repeat: key comes from a resumed turn,
+// and the call it repeats (same turn, same id) asked the same. A repeat is
+// audited on request r (call_replayed) in tx, and its first answer returned:
+// the caller answers with it and does nothing else. Otherwise (no key, a
+// turn not resumed, nothing recorded, or a record of a call that asked
+// something else under the same id) the caller carries the call out and
+// records its answer with RecordCallTx.
+func ReplayCallTx(tx store.Tx, svc *requests.Service, r *requests.Request, key CallKey) (Response, bool, error) {
+	if key.IsZero() || !key.resumed {
+		return Response{}, false, nil
+	}
+	var rec callRecord
+	err := store.GetJSON(tx, bucketCalls, key.key, &rec)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return Response{}, false, nil
+	case err != nil:
+		return Response{}, false, fmt.Errorf("agents: replay %s %s: %w", key.call, key.id, err)
+	case rec.Call != key.call || rec.Digest != key.digest:
+		return Response{}, false, nil
+	}
+	resp := rec.Response
+	first := cmp.Or(resp.RequestID, resp.TaskID, resp.Approval, resp.Question)
+	err = audit.Append(tx, audit.Record{Time: svc.Clock().Now().UTC(), RequestID: r.ID.String(), Actor: "agent:" + r.Agent,
+		Action: "call_replayed", From: r.State.String(), To: r.State.String(),
+		Detail: fmt.Sprintf("%s, repeated by the resumed turn: answered as the first time (%s)", key, first)})
+	if err != nil {
+		return Response{}, false, err
+	}
+	return resp, true, nil
+}
+
+// RecordCallTx records resp as the answer of key's call, in tx: the
+// transaction that made what the call asked for. A zero key records
+// nothing.
+func RecordCallTx(tx store.Tx, key CallKey, resp Response) error {
+	if key.IsZero() {
+		return nil
+	}
+	return store.PutJSON(tx, bucketCalls, key.key, callRecord{Call: key.call, Digest: key.digest, Response: resp})
+}
+
+// forgetCallsTx deletes the journaled calls of request r: its turn has
+// ended, and no later turn repeats them.
+func forgetCallsTx(tx store.Tx, r *requests.Request) error {
+	var keys []string
+	p := requestKey(r) + "/"
+	if err := tx.Scan(bucketCalls, p, store.PrefixEnd(p), func(k string, _ []byte) error {
+		keys = append(keys, k)
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := tx.Delete(bucketCalls, k); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *Scheduler) taskReader() TaskReader {
@@ -190,10 +396,13 @@ func (s *Scheduler) finalOrWait(ctx context.Context, r *requests.Request, final 
 	if err != nil {
 		return s.end(ctx, r.ID, requests.Fail, "the turn ended, but what the request waits on could not be read: "+err.Error(), "", got)
 	}
-	delegated := func(in Input) bool { return in.Kind == InputTaskResult || in.Kind == InputAnswer }
-	parked, err := s.park(ctx, r, waiting, "on delegated work", final, got, delegated)
+	parked, err := s.park(ctx, r, waiting, "on delegated work", final, got, delegatedResult)
 	if err != nil || parked {
 		return err
 	}
 	return s.end(ctx, r.ID, requests.Finish, "", final, got)
 }
+
+// delegatedResult reports whether in is the result of work the request
+// delegated: a task's result or a delegated request's answer.
+func delegatedResult(in Input) bool { return in.Kind == InputTaskResult || in.Kind == InputAnswer }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,10 +23,22 @@ const (
 	// bucketParked marks running requests whose agent yielded, waiting on a
 	// delegation or task: <owner>/<request key> → reason.
 	bucketParked = "agent_parked"
-	// bucketWoken marks running requests that have had a turn after their
-	// first (a wake): their agent has had the ask, so a turn of theirs that
-	// a restart cut is resumed without it. <owner>/<request key> → "1".
+	// bucketTurns records the current turn of running requests: <owner>/
+	// <request key> → turnRecord, written by the transaction that starts or
+	// wakes the request for a turn and kept when a restart resumes it.
+	bucketTurns = "agent_turns"
+	// bucketWoken is the marker that bucketTurns replaces: <owner>/<request
+	// key> → "1" for a request that had a turn after its first. Written by
+	// earlier versions; still read (a request woken before an upgrade), and
+	// deleted when the request ends.
 	bucketWoken = "agent_woken"
+	// bucketCalls journals the exec-protocol calls of a request's current
+	// turn that make something (a delegated request, a task, an approval,
+	// a question): <owner>/<request key>/<turn>/<call id> → callRecord. A
+	// resumed turn that repeats a call gets the recorded answer (see
+	// CallKey). A request's records go when its turn ends (park or end):
+	// no later turn repeats them.
+	bucketCalls = "agent_calls"
 )
 
 // ErrEnded: the request has ended; input for it cannot be delivered.
@@ -119,13 +132,62 @@ func inboxTx(tx store.Tx, r *requests.Request) ([]inboxItem, error) {
 	return out, err
 }
 
-// wokenTx reports whether running request r has had a turn after its first.
-func wokenTx(tx store.Tx, r *requests.Request) (bool, error) {
+// turnRecord is the current turn of a running request.
+type turnRecord struct {
+	// Turn numbers the request's turns: the first is 1, each wake adds
+	// one, and a resumed turn keeps the number of the turn it repeats.
+	// Past 1, the agent has had the ask, so a turn that a restart cut is
+	// resumed without it. Calls are journaled by turn (bucketCalls).
+	Turn int `json:"turn"`
+	// Upto is the inbox key of the last item the turn got ("": none). A
+	// resumed turn gets the delegated results (answers, task results) the
+	// cut turn got, and no later one: those arrived during the turn, as for
+	// a turn no restart cut, and go to the next turn (or are reported
+	// undelivered if there is none). An agent that repeats its calls then
+	// gets, at the next turn, the result of a call it repeated, once.
+	Upto string `json:"upto,omitempty"`
+}
+
+// turnTx returns running request r's current turn, and whether it has had
+// a turn after its first. A request started by an earlier version has none
+// (nil).
+func turnTx(tx store.Tx, r *requests.Request) (*turnRecord, bool, error) {
+	var t *turnRecord
+	var rec turnRecord
+	switch err := store.GetJSON(tx, bucketTurns, requestKey(r), &rec); {
+	case err == nil:
+		t = &rec
+	case !errors.Is(err, store.ErrNotFound):
+		return nil, false, fmt.Errorf("turn of %s: %w", r.ID, err)
+	}
+	if t != nil && t.Turn > 1 {
+		return t, true, nil
+	}
 	_, err := tx.Get(bucketWoken, requestKey(r))
 	if errors.Is(err, store.ErrNotFound) {
-		return false, nil
+		return t, false, nil
 	}
-	return err == nil, err
+	return t, err == nil, err
+}
+
+// putTurnTx records turn number n of running request r, which got inbox
+// items got.
+func putTurnTx(tx store.Tx, r *requests.Request, n int, got []inboxItem) error {
+	t := turnRecord{Turn: n}
+	if len(got) > 0 {
+		t.Upto = got[len(got)-1].key
+	}
+	return store.PutJSON(tx, bucketTurns, requestKey(r), t)
+}
+
+// resumedInput is the inbox that the resumed turn of request turn t gets:
+// in, less the delegated results that came after those the cut turn got
+// (see turnRecord.Upto). Without a record (nil) it is all of in.
+func resumedInput(t *turnRecord, in []inboxItem) []inboxItem {
+	if t == nil {
+		return in
+	}
+	return slices.DeleteFunc(in, func(it inboxItem) bool { return delegatedResult(it.in) && it.key > t.Upto })
 }
 
 // parkedTx reports whether running request r waits (its agent yielded).

@@ -140,6 +140,10 @@ type BackgroundRun struct {
 	// Agent and Text: a delegated agent run instead of a command.
 	Agent string
 	Text  string
+	// Key is the call's idempotency key (zero: none): a repeat of a call
+	// already carried out gets its task, and no second one starts (see
+	// CallKey).
+	Key CallKey
 }
 
 // Delegator carries out delegation for the scheduler: ask_agent,
@@ -149,9 +153,15 @@ type BackgroundRun struct {
 // "delegation is not available" and a yield fails the request.
 type Delegator interface {
 	// AskAgent creates a request for agent on behalf of from and a
-	// rendezvous from → it, and returns the new request's ID.
-	AskAgent(ctx context.Context, from requests.ID, agent, text string) (requests.ID, error)
-	// BackgroundRun starts a task for request from and returns its ID.
+	// rendezvous from → it, and returns the new request's ID. key is the
+	// call's idempotency key (zero: none): a repeat of a call already
+	// carried out (ReplayCallTx) gets the request it created, and nothing
+	// is created; a call carried out records its answer (RecordCallTx) in
+	// the transaction that creates the request.
+	AskAgent(ctx context.Context, from requests.ID, agent, text string, key CallKey) (requests.ID, error)
+	// BackgroundRun starts a task for request from and returns its ID; a
+	// repeat of a call (run.Key) gets the task it started, as for
+	// AskAgent.
 	BackgroundRun(ctx context.Context, from requests.ID, run BackgroundRun) (string, error)
 	// Waiting reports whether request id, whose turn just yielded, has an
 	// open rendezvous or task whose result will wake it.

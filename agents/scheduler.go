@@ -125,6 +125,8 @@ type job struct {
 	kind  jobKind
 	r     *requests.Request
 	inbox []inboxItem
+	// turn is the number of the request's turn that a resume repeats.
+	turn int
 	// woken: the request has had a turn after its first, so its agent has
 	// had the ask (a resume then carries only the inbox, like the wake).
 	woken bool
@@ -188,11 +190,14 @@ func (s *Scheduler) next(ctx context.Context, agent string) (*job, error) {
 		case err != nil:
 			return err
 		case !parked:
-			woken, err := wokenTx(tx, r)
+			t, woken, err := turnTx(tx, r)
 			if err != nil {
 				return err
 			}
-			j = &job{kind: jobResume, r: r, inbox: in, woken: woken}
+			j = &job{kind: jobResume, r: r, inbox: resumedInput(t, in), woken: woken}
+			if t != nil {
+				j.turn = t.Turn
+			}
 		case r.CancelRequested:
 			j = &job{kind: jobCancel, r: r, inbox: in}
 		case len(in) > 0:
@@ -212,9 +217,17 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 	}
 	log := s.log.With("request_id", r.ID.String(), "agent", a.Name)
 	var err error
+	num := j.turn // a resumed turn keeps the number of the turn it repeats
 	switch j.kind {
 	case jobStart:
-		r, err = s.svc.Apply(ctx, r.ID, requests.Change{Event: requests.Start, Actor: actor})
+		err = s.svc.Store().Update(ctx, func(tx store.Tx) error {
+			var err error
+			if r, err = s.svc.ApplyTx(tx, j.r.ID, requests.Change{Event: requests.Start, Actor: actor}); err != nil {
+				return err
+			}
+			num = 1
+			return putTurnTx(tx, r, num, j.inbox)
+		})
 	case jobResume:
 		if r.CancelRequested {
 			// Cancelled while the bridge was down: no process runs, so
@@ -241,10 +254,19 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 			if err := tx.Delete(bucketParked, requestKey(r)); err != nil {
 				return err
 			}
-			if err := tx.Put(bucketWoken, requestKey(r), []byte("1")); err != nil {
+			t, _, err := turnTx(tx, r)
+			if err != nil {
 				return err
 			}
-			var err error
+			// A wake follows at least a first turn (none recorded: a
+			// request started by an earlier version).
+			num = 2
+			if t != nil {
+				num = max(t.Turn, 1) + 1
+			}
+			if err := putTurnTx(tx, r, num, j.inbox); err != nil {
+				return err
+			}
 			r, err = s.svc.UpdateTx(tx, r.ID, actor, "wake", fmt.Sprintf("next turn with %d new input(s)", len(j.inbox)),
 				func(r *requests.Request) { r.Activity = "" })
 			return err
@@ -259,7 +281,7 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 	}
 	failpoint.Hit(failpoint.TurnStarted) // the turn is recorded; its agent has not run
 	resumed := j.kind == jobResume
-	log.InfoContext(ctx, "turn starting", "resumed", resumed, "session", r.Session, "inputs", len(j.inbox))
+	log.InfoContext(ctx, "turn starting", "turn", num, "resumed", resumed, "session", r.Session, "inputs", len(j.inbox))
 
 	input, err := s.input(ctx, r, j)
 	if err != nil {
@@ -273,7 +295,7 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 	}
 	revoke := s.issueTools(ctx, log, r.ID, &turn)
 	began := time.Now()
-	out, err := a.Runtime.Run(ctx, turn, &sink{s: s, id: r.ID, cancel: cancelCh})
+	out, err := a.Runtime.Run(ctx, turn, &sink{s: s, id: r.ID, cancel: cancelCh, key: requestKey(r), turn: num, resumed: resumed})
 	revoke() // the turn is over, however it ended: its token dies now
 	outcome := turnOutcome(ctx, out, err)
 	if s.OnTurn != nil {
@@ -360,6 +382,9 @@ func (s *Scheduler) park(ctx context.Context, r *requests.Request, waiting bool,
 		if err := tx.Put(bucketParked, requestKey(r), []byte(reason)); err != nil {
 			return err
 		}
+		if err := forgetCallsTx(tx, r); err != nil {
+			return err
+		}
 		for _, it := range got {
 			if err := tx.Delete(bucketInbox, it.key); err != nil {
 				return err
@@ -417,7 +442,13 @@ func (s *Scheduler) end(ctx context.Context, id requests.ID, ev requests.Event, 
 		if err := tx.Delete(bucketParked, requestKey(r)); err != nil {
 			return err
 		}
+		if err := tx.Delete(bucketTurns, requestKey(r)); err != nil {
+			return err
+		}
 		if err := tx.Delete(bucketWoken, requestKey(r)); err != nil {
+			return err
+		}
+		if err := forgetCallsTx(tx, r); err != nil {
 			return err
 		}
 		items, err := inboxTx(tx, r)
@@ -518,6 +549,12 @@ type sink struct {
 	s      *Scheduler
 	id     requests.ID
 	cancel <-chan struct{} // the turn's cancel
+	// key, turn and resumed make the calls' idempotency keys: the
+	// request's store key, the turn's number, and whether it repeats a cut
+	// turn.
+	key     string
+	turn    int
+	resumed bool
 }
 
 func (k *sink) update(ctx context.Context, action, detail string, fn func(*requests.Request)) error {
@@ -562,11 +599,12 @@ func (k *sink) Message(ctx context.Context, text string) error {
 	})
 }
 
-// Call serves an agent's call through Scheduler.Call. If the request's
-// cancel was asked meanwhile, the answer waits until the turn knows of the
-// cancel, so that the agent hears of the cancel first.
+// Call serves an agent's call through Scheduler.Call, with the call's
+// idempotency key (CallKey: the request, the turn's number, the call's id).
+// If the request's cancel was asked meanwhile, the answer waits until the
+// turn knows of the cancel, so that the agent hears of the cancel first.
 func (k *sink) Call(ctx context.Context, ev Event) Response {
-	resp := k.s.Call(ctx, k.id, ev)
+	resp := k.s.call(ctx, k.id, ev, newCallKey(k.key, k.turn, k.resumed, ev))
 	if r, err := k.s.svc.Get(ctx, k.id); err == nil && r.CancelRequested {
 		select {
 		case <-k.cancel:

@@ -352,7 +352,7 @@ type delegator struct {
 	e *env
 }
 
-func (d *delegator) AskAgent(ctx context.Context, from requests.ID, agent, text string) (requests.ID, error) {
+func (d *delegator) AskAgent(ctx context.Context, from requests.ID, agent, text string, _ agents.CallKey) (requests.ID, error) {
 	parent, err := d.e.svc.Get(ctx, from)
 	if err != nil {
 		return requests.ID{}, err

@@ -129,11 +129,21 @@ func openPrefix(ra *requests.Request) string { return ra.Owner + "/" + ra.ID.Key
 // AskAgent creates request RB for agent on behalf of running request from,
 // and the rendezvous from → RB, in one transaction. Asking oneself or an
 // agent up the delegation chain (which waits, so would deadlock) is refused.
-func (s *Service) AskAgent(ctx context.Context, from requests.ID, agent, text string) (requests.ID, error) {
+// key is the call's idempotency key (agents.CallKey; zero: none): the same
+// call repeated by a resumed turn gets the RB of the first, and nothing is
+// created (audited as call_replayed). The first call's answer is recorded
+// in the transaction that creates RB.
+func (s *Service) AskAgent(ctx context.Context, from requests.ID, agent, text string, key agents.CallKey) (requests.ID, error) {
 	var id requests.ID
 	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
 		ra, err := s.svc.GetTx(tx, from)
 		if err != nil {
+			return err
+		}
+		if first, ok, err := agents.ReplayCallTx(tx, s.svc, ra, key); err != nil || ok {
+			if err == nil {
+				id, err = requests.ParseID(first.RequestID)
+			}
 			return err
 		}
 		if refusal := s.checkAsk(tx, ra, agent, text); refusal != "" {
@@ -159,6 +169,9 @@ func (s *Service) AskAgent(ctx context.Context, from requests.ID, agent, text st
 			return err
 		}
 		if err := s.refreshWaitingTx(tx, ra.ID); err != nil {
+			return err
+		}
+		if err := agents.RecordCallTx(tx, key, agents.Response{OK: true, RequestID: rb.ID.String()}); err != nil {
 			return err
 		}
 		id = rb.ID

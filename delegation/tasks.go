@@ -141,7 +141,10 @@ func runKey(owner string, run requests.ID) string { return "q/" + owner + "/" + 
 // from the turn: a command runs in the background; an agent run is a new
 // request of run.Agent (delegated by from, approved) in that agent's queue,
 // whose end ends the task. The agent's cap is checked in the transaction
-// that inserts the task: over it, the call is refused.
+// that inserts the task: over it, the call is refused. The same call
+// repeated by a resumed turn (run.Key, see agents.CallKey) gets the task of
+// the first, and nothing starts (audited as call_replayed); the first
+// call's answer is recorded in the transaction that inserts the task.
 func (s *Service) BackgroundRun(ctx context.Context, from requests.ID, run agents.BackgroundRun) (string, error) {
 	switch {
 	case run.Agent != "" && len(run.Command) > 0:
@@ -150,11 +153,17 @@ func (s *Service) BackgroundRun(ctx context.Context, from requests.ID, run agent
 		return "", s.refuse(ctx, from, "background_run", "no command given (nor an agent to run)")
 	}
 	var t *Task
-	var refusal string
+	var refusal, replayed string
 	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
-		t, refusal = nil, ""
+		t, refusal, replayed = nil, "", ""
 		r, err := s.svc.GetTx(tx, from)
 		if err != nil {
+			return err
+		}
+		if first, ok, err := agents.ReplayCallTx(tx, s.svc, r, run.Key); err != nil || ok {
+			if replayed = first.TaskID; err == nil && replayed == "" {
+				err = fmt.Errorf("the journaled call %s has no task", run.Key)
+			}
 			return err
 		}
 		if r.State != requests.Running {
@@ -196,6 +205,9 @@ func (s *Service) BackgroundRun(ctx context.Context, from requests.ID, run agent
 		if err := s.putTask(tx, t); err != nil {
 			return err
 		}
+		if err := agents.RecordCallTx(tx, run.Key, agents.Response{OK: true, TaskID: t.ID}); err != nil {
+			return err
+		}
 		if err := audit.Append(tx, audit.Record{Time: now, RequestID: r.ID.String(), Actor: "agent:" + r.Agent,
 			Action: "background_run", From: r.State.String(), To: r.State.String(),
 			Detail: t.ID + " " + t.Name + ": " + trim(t.what(), 200)}); err != nil {
@@ -208,6 +220,9 @@ func (s *Service) BackgroundRun(ctx context.Context, from requests.ID, run agent
 	}
 	if err != nil {
 		return "", fmt.Errorf("delegation: background_run: %w", err)
+	}
+	if replayed != "" {
+		return replayed, nil
 	}
 	if t.Run.IsZero() {
 		s.start(t)

@@ -98,7 +98,7 @@ func TestWaitingStatusAndTitle(t *testing.T) {
 	// RA's agent is driven by the test (as a tester agent would call); B
 	// is the demo agent.
 	ra := running(t, e, "tester")
-	rb, err := e.del.AskAgent(e.ctx, ra, "reviewer", "await "+hold+"; background tests sh "+script(t, gate, "green")+"; yield on tests")
+	rb, err := e.del.AskAgent(e.ctx, ra, "reviewer", "await "+hold+"; background tests sh "+script(t, gate, "green")+"; yield on tests", agents.CallKey{})
 	if err != nil {
 		t.Fatal(err)
 	}
