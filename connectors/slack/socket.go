@@ -29,10 +29,10 @@ func (c *Connector) runSocket(ctx context.Context, h chat.Handler) error {
 	smc := socketmode.New(c.api,
 		socketmode.OptionPingInterval(c.opts.PingInterval),
 		socketmode.OptionLog(slogOutput{c}))
+	var acks sync.WaitGroup
+	defer acks.Wait() // after cancel: acks still waiting give up
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var acks sync.WaitGroup
-	defer acks.Wait()
 	runErr := make(chan error, 1)
 	go func() { runErr <- smc.RunContext(ctx) }()
 	for {
