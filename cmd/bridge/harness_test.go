@@ -40,7 +40,13 @@ type proc struct {
 // startBridge runs `bridge args...` in dir (its working directory).
 func startBridge(t *testing.T, dir string, env []string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(bridgeBin, args...)
+	return startBinary(t, bridgeBin, dir, env, args...)
+}
+
+// startBinary is startBridge with another build of the bridge, bin.
+func startBinary(t *testing.T, bin, dir string, env []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	// Race-built agents would each sleep 1 s at exit (GORACE atexit_sleep_ms).
 	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), env...)
