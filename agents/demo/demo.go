@@ -118,7 +118,11 @@ func (a *agent) emit(ev agents.Event) {
 	_ = a.out.Encode(ev)
 }
 
-// call emits a call and waits for its response (or a cancel).
+// call emits a call and waits for its response (or a cancel). Calls are
+// numbered c1, c2, … in the order the turn makes them: a resumed turn acts
+// out the same ask again and so repeats the cut turn's calls with the same
+// ids, which the bridge answers as the first time (a call id is stable
+// across a resumed turn: docs/agent-protocol.md §1.5).
 func (a *agent) call(ev agents.Event) (agents.Response, bool) {
 	ch := make(chan agents.Response, 1)
 	a.mu.Lock()
