@@ -350,3 +350,39 @@ func TestResumedAskOfPeopleOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestResumedTurnEndsBeforeLateResult: a resumed turn gets the input of the
+// turn it repeats, not a task result that came after that turn began (as a
+// turn no restart cut would not): when it gives its final answer, that
+// result is recorded as undelivered (audit and thread), not dropped.
+func TestResumedTurnEndsBeforeLateResult(t *testing.T) {
+	l := newLives(t)
+	gate := filepath.Join(t.TempDir(), "gate")
+	t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o644) })
+	quick := filepath.Join(t.TempDir(), "quick.sh")
+	if err := os.WriteFile(quick, []byte("echo quick-done\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cut := newCutAfter(l.demo(), agents.EventBackgroundRun)
+	l.start(cut)
+	ra := l.ask("coder", "background quick sh "+quick+"; await "+gate+"; echo finished")
+	l.waitCut(cut)
+	l.waitFor("the task's result queued", func() bool { return l.auditCount(ra.ID, "task_succeeded", "T-1") == 1 })
+	l.restart()
+	l.waitFor("the resumed turn answered T-1", func() bool { return l.logHas("response " + ra.ID.String() + " c1 ok=true T-1") })
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.waitState(ra.ID, requests.Done); got.Result != "finished" {
+		t.Errorf("RA result %q", got.Result)
+	}
+	if n := l.logCount("input " + ra.ID.String() + " task_result T-1: task T-1 (quick) succeeded"); n != 0 {
+		t.Errorf("the resumed turn got the late result %d times", n)
+	}
+	if n := l.auditCount(ra.ID, "undelivered", "task_result arrived after the last turn: task T-1 (quick) succeeded"); n != 1 {
+		t.Errorf("%d undelivered records, want 1:\n%s", n, l.allAudit())
+	}
+	if ts, err := l.del.Tasks(l.ctx, "acme"); err != nil || len(ts) != 1 {
+		t.Errorf("tasks %+v %v, want T-1 only", ts, err)
+	}
+}
