@@ -94,12 +94,12 @@ type soakSample struct {
 // delivered twice. Every second it samples the bridge's RSS (all, and
 // anonymous), open fds and threads (/proc/<pid>/status, /proc/<pid>/fd),
 // goroutines, Go heap and outbox depth (GET /metrics) and the size of its
-// store; at the end the last quarter's
-// means must stay within the tolerances above of the second quarter's, the
-// store file within soakStorePerRequest bytes a request, and, counted once
-// the bridge has stopped, no bucket of the store beyond soakKeysPerRequest
-// keys a request, and those that hold work in flight only
-// (soakInFlightBuckets) nearly empty.
+// store. At the end the last quarter's means must stay within the
+// tolerances above of the second quarter's, the store file within
+// soakStorePerRequest bytes a request, and, counted once the bridge has
+// stopped, no bucket of the store beyond soakKeysPerRequest keys a request,
+// and those that hold work in flight only (soakInFlightBuckets) nearly
+// empty.
 //
 // The bridge (and its demo agents) are a build without the race detector:
 // the race runtime's own memory grows with the goroutines and
