@@ -228,6 +228,25 @@ func (s *Server) getRequest(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, req)
 }
 
+// decodeBody decodes r's JSON body into v, refusing unknown fields. On
+// failure it has answered (413 over MaxBody, else 400 with the parse error
+// and hint) and returns false.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any, hint string) bool {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		return true
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		fail(w, err)
+	} else {
+		writeError(w, http.StatusBadRequest, "malformed JSON body: "+err.Error()+hint)
+	}
+	return false
+}
+
 // CreateBody is the body of POST /v1/requests.
 type CreateBody struct {
 	Room  string `json:"room"`
@@ -237,15 +256,7 @@ type CreateBody struct {
 
 func (s *Server) createRequest(w http.ResponseWriter, r *http.Request) {
 	var b CreateBody
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&b); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			fail(w, err)
-			return
-		}
-		writeError(w, http.StatusBadRequest, "malformed JSON body: "+err.Error())
+	if !decodeBody(w, r, &b, "") {
 		return
 	}
 	room, ok := s.router.RoomNamed(b.Room)
@@ -332,15 +343,7 @@ type AnswerBody struct {
 // one, 409 naming who answered (or that it expired) for a settled one.
 func (s *Server) answerQuestion(w http.ResponseWriter, r *http.Request) {
 	var b AnswerBody
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&b); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			fail(w, err)
-			return
-		}
-		writeError(w, http.StatusBadRequest, "malformed JSON body: "+err.Error()+` (want {"text": "..."})`)
+	if !decodeBody(w, r, &b, ` (want {"text": "..."})`) {
 		return
 	}
 	q, err := s.router.Answer(r.Context(), r.PathValue("id"), b.Text, APIActor, chat.API)

@@ -353,23 +353,6 @@ func auditExport(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	return nil
 }
 
-// roomTask is a row of GET /v1/rooms/{room}/tasks.
-type roomTask struct {
-	Kind      string      `json:"kind"`
-	TaskID    string      `json:"task_id"`
-	Name      string      `json:"name"`
-	Command   []string    `json:"command"`
-	RunAgent  string      `json:"run_agent"`
-	Text      string      `json:"text"`
-	Run       requests.ID `json:"run"`
-	State     string      `json:"state"`
-	Reason    string      `json:"reason"`
-	RequestID requests.ID `json:"request_id"`
-	Agent     string      `json:"agent"`
-	StartedAt time.Time   `json:"started_at"`
-	Activity  string      `json:"activity"`
-}
-
 // tasksList prints what runs now (requests and background tasks) in one
 // room, or in every room of the config, and the background tasks that
 // failed or were interrupted and are not dismissed (their WHAT says so).
@@ -402,7 +385,7 @@ func tasksList(ctx context.Context, args []string, out io.Writer) error {
 	fmt.Fprintln(tw, "ROOM\tKIND\tID\tREQUEST\tAGENT\tSINCE\tWHAT")
 	for _, name := range rooms {
 		var res struct {
-			Tasks []roomTask `json:"tasks"`
+			Tasks []httpapi.Task `json:"tasks"`
 		}
 		if err := c.getJSON(ctx, http.MethodGet, "/v1/rooms/"+url.PathEscape(name)+"/tasks", &res); err != nil {
 			return err
