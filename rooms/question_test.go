@@ -1,7 +1,6 @@
 package rooms_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -25,6 +24,7 @@ import (
 	"github.com/roombridge/roombridge/connectors/console"
 	"github.com/roombridge/roombridge/delegation"
 	"github.com/roombridge/roombridge/httpapi"
+	"github.com/roombridge/roombridge/internal/syncbuf"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/rooms"
 	"github.com/roombridge/roombridge/store/bolt"
@@ -53,22 +53,7 @@ const (
 )
 
 // syncBuffer is the console's output, read while the outbox writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = syncbuf.Buffer
 
 // qenv is the whole core on a real bolt file with a fake clock: requests,
 // threads delivered to a console room, approvals, delegation, the scheduler

@@ -1,11 +1,9 @@
 package feishu_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/roombridge/roombridge/internal/testbin"
 	"io"
 	"log/slog"
 	"net/http"
@@ -27,6 +25,8 @@ import (
 	"github.com/roombridge/roombridge/connectors/feishu/feishutest"
 	"github.com/roombridge/roombridge/connectors/slack"
 	"github.com/roombridge/roombridge/connectors/slack/slacktest"
+	"github.com/roombridge/roombridge/internal/syncbuf"
+	"github.com/roombridge/roombridge/internal/testbin"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/rooms"
 	"github.com/roombridge/roombridge/store"
@@ -482,19 +482,4 @@ func newTestLogger(w io.Writer) *slog.Logger {
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = syncbuf.Buffer

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/roombridge/roombridge/internal/syncbuf"
 	"github.com/roombridge/roombridge/internal/testbin"
 	"io"
 	"log/slog"
@@ -398,22 +399,7 @@ func (h *harness) replies(ts string) []string {
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = syncbuf.Buffer
 
 // blockTexts is every text of a message's blocks, one per line.
 func blockTexts(t *testing.T, raw []byte) string {

@@ -1,0 +1,30 @@
+// Package syncbuf is a bytes.Buffer safe for concurrent writers and
+// readers: tests capture a console's output or a log with it while the code
+// under test writes.
+package syncbuf
+
+import (
+	"bytes"
+	"sync"
+)
+
+// Buffer is a bytes.Buffer guarded by a mutex. The zero value is empty and
+// ready to use.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns everything written so far.
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
