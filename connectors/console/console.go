@@ -35,6 +35,11 @@ type Connector struct {
 
 var _ chat.DirectMessenger = (*Connector)(nil)
 
+// maxStatuses bounds the statuses the console remembers, which serve only
+// to skip printing a message's unchanged status again: forgetting them
+// costs at most one repeated status line.
+const maxStatuses = 1024
+
 // New returns a console room named room, read from in and written to out,
 // where user types (without the console: prefix).
 func New(in io.Reader, out io.Writer, room, user string) *Connector {
@@ -184,6 +189,9 @@ func (c *Connector) printStatus(ref chat.MessageRef, m chat.Message) {
 	defer c.mu.Unlock()
 	if c.status[ref.ID] == status {
 		return
+	}
+	if len(c.status) >= maxStatuses {
+		clear(c.status) // a long run must not keep one entry per message ever shown
 	}
 	c.status[ref.ID] = status
 	fmt.Fprintf(c.out, "   %s | status: %s\n", m.Request, status)

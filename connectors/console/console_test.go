@@ -1,0 +1,41 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/roombridge/roombridge/chat"
+)
+
+// TestStatusPrintedOnceAndBounded: a message's status is printed when it
+// changes, not again when an update repeats it; and the statuses
+// remembered for that stay bounded however many messages a long run shows
+// (found by cmd/bridge's TestSoak: one entry per message, never dropped,
+// grew the heap with every request).
+func TestStatusPrintedOnceAndBounded(t *testing.T) {
+	var out bytes.Buffer
+	c := New(strings.NewReader(""), &out, "main", "alice")
+	ctx := context.Background()
+	update := func(id, status string) {
+		t.Helper()
+		ref := chat.MessageRef{Surface: chat.Console, Channel: "main", ID: id}
+		if err := c.Update(ctx, ref, chat.Message{Request: id, Kind: "parent", Card: &chat.Card{Status: status}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update("R-1", "running")
+	update("R-1", "running")
+	update("R-1", "done")
+	if got, want := out.String(), "   R-1 | status: running\n   R-1 | status: done\n"; got != want {
+		t.Errorf("printed %q, want %q", got, want)
+	}
+	for i := range 3 * maxStatuses {
+		update(fmt.Sprintf("R-%d", i+2), "done")
+	}
+	if n := len(c.status); n > maxStatuses {
+		t.Errorf("%d statuses remembered, want at most %d", n, maxStatuses)
+	}
+}
