@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,16 +33,49 @@ const (
 	fuzzQueue = 64
 )
 
-// noHandler is the chat.Handler given to Routes. It is never called: the
-// fuzzed connector runs no workers, and each fuzz call takes what its request
-// queued off the queue itself.
-type noHandler struct{}
+// refusals is the chat.Handler given to Routes. The fuzzed connector runs no
+// workers (each fuzz call takes what its request queued off the queue
+// itself), so the only calls are the webhooks' reports of refusals, made
+// before they return; it counts them.
+type refusals struct {
+	mu  sync.Mutex
+	evs []chat.Event
+}
 
-func (noHandler) Handle(context.Context, chat.Event) chat.Response { return chat.Response{} }
+func (r *refusals) Handle(_ context.Context, ev chat.Event) chat.Response {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.evs = append(r.evs, ev)
+	return chat.Response{}
+}
+
+// check holds for every request: one answered 4xx is reported once, as a
+// chat.Refused event of an unverified Slack sender; others report nothing.
+func (r *refusals) check(t *testing.T, status int) {
+	t.Helper()
+	r.mu.Lock()
+	evs := r.evs
+	r.evs = nil
+	r.mu.Unlock()
+	want := 0
+	if status >= 400 && status < 500 {
+		want = 1
+	}
+	if len(evs) != want {
+		t.Fatalf("answered %d, reported %d refusals: %+v", status, len(evs), evs)
+	}
+	for _, ev := range evs {
+		if ev.Kind != chat.Refused || ev.Surface != chat.Slack || ev.User != "slack:unverified" ||
+			!strings.HasPrefix(ev.Text, "HTTP "+strconv.Itoa(status)+": ") {
+			t.Fatalf("answered %d, reported %+v", status, ev)
+		}
+	}
+}
 
 // fuzzConnector returns an events-mode connector whose pool accepts events
-// (as while Run runs) but hands them to no worker, and its webhook routes.
-func fuzzConnector(t testing.TB) (*Connector, map[string]http.Handler) {
+// (as while Run runs) but hands them to no worker, its webhook routes and
+// the handler the refusals are reported to.
+func fuzzConnector(t testing.TB) (*Connector, map[string]http.Handler, *refusals) {
 	t.Helper()
 	c, err := New(Options{Mode: ModeEvents, BotToken: "xoxb-fuzz", SigningSecret: fuzzSecret,
 		Log: slog.New(slog.DiscardHandler), Workers: 1, Queue: fuzzQueue})
@@ -51,7 +85,8 @@ func fuzzConnector(t testing.TB) (*Connector, map[string]http.Handler) {
 	c.inbound.mu.Lock()
 	c.inbound.running = true
 	c.inbound.mu.Unlock()
-	return c, c.Routes(noHandler{})
+	rs := &refusals{}
+	return c, c.Routes(rs), rs
 }
 
 // drain returns the events queued since the last drain.
@@ -131,10 +166,11 @@ func signNow(body []byte) func(*http.Request) {
 
 // FuzzEvents posts body, correctly signed, to the Events API webhook.
 func FuzzEvents(f *testing.F) {
-	c, routes := fuzzConnector(f)
+	c, routes, rs := fuzzConnector(f)
 	h := routes[EventsPattern]
 	f.Fuzz(func(t *testing.T, body []byte) {
 		status := post(h, "/slack/events", "application/json", body, signNow(body))
+		rs.check(t, status)
 		checkOutcome(t, status, drain(c.inbound))
 	})
 }
@@ -142,10 +178,11 @@ func FuzzEvents(f *testing.F) {
 // FuzzInteractivity posts body, correctly signed, to the interactivity
 // webhook as a form (Slack sends payload=<JSON>).
 func FuzzInteractivity(f *testing.F) {
-	c, routes := fuzzConnector(f)
+	c, routes, rs := fuzzConnector(f)
 	h := routes[InteractivityPattern]
 	f.Fuzz(func(t *testing.T, body []byte) {
 		status := post(h, "/slack/interactivity", "application/x-www-form-urlencoded", body, signNow(body))
+		rs.check(t, status)
 		checkOutcome(t, status, drain(c.inbound))
 	})
 }
@@ -156,7 +193,7 @@ func FuzzInteractivity(f *testing.F) {
 // timestamp offset seconds from now. Only the right signature within Slack's
 // five minutes gets past the check, and a refused request queues nothing.
 func FuzzSignature(f *testing.F) {
-	c, routes := fuzzConnector(f)
+	c, routes, rs := fuzzConnector(f)
 	f.Fuzz(func(t *testing.T, interactive bool, body []byte, timestamp, signature string, offset int64) {
 		path, ct, h := "/slack/events", "application/json", routes[EventsPattern]
 		if interactive {
@@ -181,6 +218,7 @@ func FuzzSignature(f *testing.F) {
 				r.Header.Set("X-Slack-Signature", signature)
 			}
 		})
+		rs.check(t, status)
 		evs := drain(c.inbound)
 		// A second either side of the window edge may go either way.
 		fresh := offset > -299 && offset < 299
