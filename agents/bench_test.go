@@ -185,7 +185,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	rs := []config.Room{{Name: "main", Console: true, Agents: append(names, "coder")}}
 	svc := requests.NewService(db, clock.Real{}, "acme", []string{alice})
 	th := threads.New(rs, chat.Console)
-	svc.Observe(th.Observe)
+	svc.AddObserver("threads", th.Observe)
 	return &benchEnv{db: db, svc: svc, th: th}
 }
 

@@ -179,9 +179,9 @@ func (e *env) open() {
 	e.db = db
 	e.svc = requests.NewService(db, clock.Real{}, "acme", []string{alice})
 	e.th = threads.New(rs, chat.Console)
-	e.svc.Observe(e.th.Observe)
+	e.svc.AddObserver("threads", e.th.Observe)
 	e.appr = approvals.New(approvals.Options{Requests: e.svc, Rooms: rs, TTL: time.Hour, Threads: e.th, Surfaces: []string{chat.Console}})
-	e.svc.Observe(e.appr.Observe)
+	e.svc.AddObserver("approvals", e.appr.Observe)
 	e.router = rooms.New(e.svc, e.appr, rs, slog.New(slog.DiscardHandler))
 }
 

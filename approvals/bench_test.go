@@ -72,14 +72,14 @@ func fixture(b *testing.B, pending int) *benchFixture {
 	// Not-due approvals: no surfaces, so no cards queued.
 	plain := requests.NewService(db, clk, "acme", nil)
 	plainAppr := approvals.New(approvals.Options{Requests: plain, Rooms: rs, TTL: ttlDur})
-	plain.Observe(plainAppr.Observe)
+	plain.AddObserver("approvals", plainAppr.Observe)
 
 	// Due approvals, and the sweeps: with the thread and the approver's DM.
 	cards := requests.NewService(db, clk, "acme", nil)
 	th := threads.New(rs, chat.Slack)
-	cards.Observe(th.Observe)
+	cards.AddObserver("threads", th.Observe)
 	appr := approvals.New(approvals.Options{Requests: cards, Rooms: rs, TTL: ttlDur, Threads: th, Surfaces: []string{chat.Slack}})
-	cards.Observe(appr.Observe)
+	cards.AddObserver("approvals", appr.Observe)
 	sw, err := ttl.New(ttl.Options{Clock: clk}, appr)
 	if err != nil {
 		b.Fatal(err)

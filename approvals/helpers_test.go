@@ -68,10 +68,10 @@ func newEnv(t *testing.T) *env {
 	rs := testRooms()
 	svc := requests.NewService(db, clk, "acme", []string{owner, owner2})
 	th := threads.New(rs, chat.Slack, chat.Feishu)
-	svc.Observe(th.Observe)
+	svc.AddObserver("threads", th.Observe)
 	appr := approvals.New(approvals.Options{Requests: svc, Rooms: rs, TTL: 24 * time.Hour, Threads: th,
 		Surfaces: []string{chat.Slack, chat.Feishu}})
-	svc.Observe(appr.Observe)
+	svc.AddObserver("approvals", appr.Observe)
 	sw, err := ttl.New(ttl.Options{Clock: clk}, appr)
 	if err != nil {
 		t.Fatal(err)

@@ -71,12 +71,12 @@ func newEnvTimeout(t *testing.T, caps map[string]int, timeout time.Duration) *en
 	svc := requests.NewService(db, clock.Real{}, "acme", []string{alice})
 	th := threads.New(rs, chat.Console)
 	th.SetRequests(svc)
-	svc.Observe(th.Observe)
+	svc.AddObserver("threads", th.Observe)
 	appr := approvals.New(approvals.Options{Requests: svc, Rooms: rs, TTL: time.Hour, Threads: th, Surfaces: []string{chat.Console}})
-	svc.Observe(appr.Observe)
+	svc.AddObserver("approvals", appr.Observe)
 	del := delegation.New(delegation.Options{Requests: svc, Agents: []string{"coder", "reviewer"}, MaxTasks: caps, Workdir: dir, Threads: th,
 		RendezvousTimeout: timeout})
-	svc.Observe(del.Observe)
+	svc.AddObserver("delegation", del.Observe)
 	e := &env{t: t, ctx: ctx, db: db, svc: svc, router: rooms.New(svc, appr, rs, nil), del: del, log: filepath.Join(dir, "demo.log")}
 	rt := func() *agents.Exec {
 		return &agents.Exec{Command: []string{os.Args[0]}, Env: []string{helperEnv + "=demo",

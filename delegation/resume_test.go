@@ -65,11 +65,11 @@ func (l *lives) start(coder agents.Runtime) {
 	svc := requests.NewService(l.db, clock.Real{}, "acme", []string{alice})
 	th := threads.New(rs, chat.Console)
 	th.SetRequests(svc)
-	svc.Observe(th.Observe)
+	svc.AddObserver("threads", th.Observe)
 	appr := approvals.New(approvals.Options{Requests: svc, Rooms: rs, TTL: time.Hour, Threads: th, Surfaces: []string{chat.Console}})
-	svc.Observe(appr.Observe)
+	svc.AddObserver("approvals", appr.Observe)
 	del := delegation.New(delegation.Options{Requests: svc, Agents: []string{"coder", "reviewer"}, Workdir: t.TempDir(), Threads: th})
-	svc.Observe(del.Observe)
+	svc.AddObserver("delegation", del.Observe)
 	if err := del.Recover(l.ctx); err != nil {
 		t.Fatal(err)
 	}

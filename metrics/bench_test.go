@@ -168,7 +168,7 @@ func bigStore(b *testing.B) string {
 			bigErr = err
 			return
 		}
-		svc.Observe(m.Observe)
+		svc.AddObserver("metrics", m.Observe)
 		if bigErr = m.IndexRequests(context.Background()); bigErr != nil {
 			return
 		}

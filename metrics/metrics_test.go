@@ -48,7 +48,7 @@ func open(t testing.TB, path string, observe bool) *bridge {
 		t.Fatal(err)
 	}
 	if observe {
-		svc.Observe(m.Observe)
+		svc.AddObserver("metrics", m.Observe)
 		if err := m.IndexRequests(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -223,7 +223,7 @@ func TestIndexRequests(t *testing.T) {
 	}
 
 	b := open(t, path, false)
-	b.svc.Observe(b.m.Observe)
+	b.svc.AddObserver("metrics", b.m.Observe)
 	want := map[string]float64{
 		"roombridge_requests{agent=coder,state=pending}":  3,
 		"roombridge_requests{agent=coder,state=approved}": 1,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -55,6 +56,7 @@ type Service struct {
 	owner     string
 	owners    map[string]bool
 	observers []Observer
+	names     []string // of observers, in order
 }
 
 // NewService returns the service of one owner. owners are the identities
@@ -67,8 +69,15 @@ func NewService(s store.Store, c clock.Clock, owner string, owners []string) *Se
 	return &Service{store: s, clock: c, owner: owner, owners: o}
 }
 
-// Observe registers an observer. Call it before the service is used.
-func (s *Service) Observe(o Observer) { s.observers = append(s.observers, o) }
+// AddObserver registers o under name; observers run in the order they were
+// added. Call it before the service is used.
+func (s *Service) AddObserver(name string, o Observer) {
+	s.observers = append(s.observers, o)
+	s.names = append(s.names, name)
+}
+
+// Observers names the registered observers, in the order they run.
+func (s *Service) Observers() []string { return slices.Clone(s.names) }
 
 // Owner returns the owner whose requests the service keeps.
 func (s *Service) Owner() string { return s.owner }

@@ -118,7 +118,7 @@ func TestCreateConcurrent(t *testing.T) {
 func TestCreateConcurrentWithFailures(t *testing.T) {
 	f := newFixture(t)
 	boom := errors.New("boom")
-	f.svc.Observe(func(_ store.Tx, before, after *requests.Request) error {
+	f.svc.AddObserver("test", func(_ store.Tx, before, after *requests.Request) error {
 		if before == nil && strings.HasPrefix(after.Ask, "fail") {
 			return boom
 		}
@@ -606,7 +606,7 @@ func TestObservers(t *testing.T) {
 	ctx := context.Background()
 	fail := ""
 	var seen []string
-	f.svc.Observe(func(tx store.Tx, before, after *requests.Request) error {
+	f.svc.AddObserver("test", func(tx store.Tx, before, after *requests.Request) error {
 		from := "-"
 		if before != nil {
 			from = before.State.String()

@@ -86,11 +86,11 @@ func newQEnv(t *testing.T) *qenv {
 	rs := []config.Room{{Name: "main", Console: true, Agents: []string{"coder", "reviewer"}, Members: []string{bob}}}
 	svc := requests.NewService(db, clk, "acme", []string{alice})
 	th := threads.New(rs, chat.Console)
-	svc.Observe(th.Observe)
+	svc.AddObserver("threads", th.Observe)
 	appr := approvals.New(approvals.Options{Requests: svc, Rooms: rs, TTL: time.Hour, Threads: th, Surfaces: []string{chat.Console}})
-	svc.Observe(appr.Observe)
+	svc.AddObserver("approvals", appr.Observe)
 	del := delegation.New(delegation.Options{Requests: svc, Agents: []string{"coder", "reviewer"}, Workdir: dir, Threads: th})
-	svc.Observe(del.Observe)
+	svc.AddObserver("delegation", del.Observe)
 	sw, err := ttl.New(ttl.Options{Clock: clk}, appr, del)
 	if err != nil {
 		t.Fatal(err)

@@ -35,9 +35,9 @@ func TestReplyInThread(t *testing.T) {
 	roomCfg := []config.Room{{Name: "main", Console: true, Agents: []string{"coder"}}}
 	svc := requests.NewService(db, clk, "acme", []string{"console:alice"})
 	th := threads.New(roomCfg, chat.Console)
-	svc.Observe(th.Observe)
+	svc.AddObserver("threads", th.Observe)
 	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomCfg, Threads: th, Log: log})
-	svc.Observe(appr.Observe)
+	svc.AddObserver("approvals", appr.Observe)
 	rt := rooms.New(svc, appr, roomCfg, log)
 	con := console.New(nil, io.Discard, "main", "alice")
 	deliver := threads.NewDeliverer(db, clk, log, con)

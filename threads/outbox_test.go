@@ -83,7 +83,7 @@ func newFixture(t *testing.T) *fixture {
 	clk := clock.NewFake(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
 	svc := requests.NewService(db, clk, "acme", []string{"console:alice"})
 	th := threads.New([]config.Room{{Name: "main", Console: true, Agents: []string{"coder"}}}, chat.Console)
-	svc.Observe(th.Observe)
+	svc.AddObserver("threads", th.Observe)
 	p := &platform{failing: map[string]error{}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	return &fixture{db: db, svc: svc, th: th, clk: clk, p: p, d: threads.NewDeliverer(db, clk, log, p)}

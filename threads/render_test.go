@@ -86,7 +86,7 @@ func TestWaitingStatus(t *testing.T) {
 	// A restart: a new Threads over the same store; the agent yields.
 	th2 := threads.New([]config.Room{{Name: "main", Console: true, Agents: []string{"coder"}}}, chat.Console)
 	svc2 := requests.NewService(f.db, f.clk, "acme", []string{"console:alice"})
-	svc2.Observe(th2.Observe)
+	svc2.AddObserver("threads", th2.Observe)
 	err := f.db.Update(ctx, func(tx store.Tx) error {
 		_, err := svc2.UpdateTx(tx, r.ID, "t", "yield", "", func(r *requests.Request) { r.Progress, r.Activity = 40, "waiting: on review" })
 		return err

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -137,6 +138,6 @@ func configCheck(args []string, out io.Writer) error {
 	for n := range c.Agents {
 		agentNames = append(agentNames, n)
 	}
-	fmt.Fprintf(out, "config ok: owner %s, %d room(s), agents %s\n", c.Owner, len(c.Rooms), strings.Join(sorted(agentNames), ", "))
+	fmt.Fprintf(out, "config ok: owner %s, %d room(s), agents %s\n", c.Owner, len(c.Rooms), strings.Join(slices.Sorted(slices.Values(agentNames)), ", "))
 	return nil
 }

@@ -6,38 +6,24 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
-	"github.com/roombridge/roombridge/audit"
-	"github.com/roombridge/roombridge/chat"
-	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/core"
 	"github.com/roombridge/roombridge/election"
 	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/store/bolt"
 	"github.com/roombridge/roombridge/store/etcd"
 )
 
-// pruneEvery is how often the leader deletes what is past retention (expired
-// dedupe keys, old audit records): retention is counted in hours and days,
-// so hourly keeps the store bounded without a noticeable load.
-const pruneEvery = time.Hour
-
 // backend is where a bridge keeps its state and how it decides to do the
 // leader's work: the bolt file of a single node, or etcd with an election.
 type backend struct {
 	store store.Store
-	// lead runs work while this instance leads (single node: at once, until
-	// ctx ends) and returns when ctx ends or work fails.
-	lead func(ctx context.Context, work func(context.Context) error) error
-	// ready answers /readyz (nil: always ready).
-	ready func() bool
-	// jobs are leader jobs of the backend itself (retention).
-	jobs []job
-	// outbound wraps the connectors the outbox sends through (HA: each
-	// send is preceded by a fenced claim).
-	outbound func([]chat.Connector) []chat.Connector
+	// leadership is the election (nil: a single node leads from the start).
+	leadership core.Leadership
+	// auditFor is how long audit records are kept (0: for ever).
+	auditFor time.Duration
 	close    func()
 	desc     string
 }
@@ -45,22 +31,13 @@ type backend struct {
 // openBackend opens the store of cfg. Single node: bolt in data_dir, whose
 // file lock makes a second bridge on the same data_dir fail at once. HA
 // (cfg.HA set): the etcd store, fenced by this instance's leadership.
-func openBackend(cfg *config.Config, clk clock.Clock, log *slog.Logger) (*backend, error) {
+func openBackend(cfg *config.Config, log *slog.Logger) (*backend, error) {
 	if cfg.HA == nil {
 		db, err := bolt.Open(filepath.Join(cfg.DataDir, "bridge.db"))
 		if err != nil {
 			return nil, err
 		}
-		return &backend{
-			store: db,
-			lead:  func(ctx context.Context, work func(context.Context) error) error { return work(ctx) },
-			jobs: []job{{"retention", func(ctx context.Context) error {
-				return retention(ctx, db, clk, 0, log)
-			}}},
-			outbound: func(c []chat.Connector) []chat.Connector { return c },
-			close:    func() { _ = db.Close() },
-			desc:     "bolt " + db.Path(),
-		}, nil
+		return &backend{store: db, close: func() { _ = db.Close() }, desc: "bolt " + db.Path()}, nil
 	}
 	cli, err := etcd.NewClient(cfg.HA.Etcd)
 	if err != nil {
@@ -80,21 +57,10 @@ func openBackend(cfg *config.Config, clk clock.Clock, log *slog.Logger) (*backen
 		_ = cli.Close()
 		return nil, err
 	}
-	auditFor := cfg.HA.AuditRetention
 	return &backend{
-		store: st,
-		lead:  l.Run,
-		ready: l.Leading,
-		jobs: []job{{"retention", func(ctx context.Context) error {
-			return retention(ctx, st, clk, auditFor, log)
-		}}},
-		outbound: func(conns []chat.Connector) []chat.Connector {
-			out := make([]chat.Connector, len(conns))
-			for i, c := range conns {
-				out[i] = claimFirst(c, st)
-			}
-			return out
-		},
+		store:      st,
+		leadership: elected{l, st},
+		auditFor:   cfg.HA.AuditRetention,
 		close: func() {
 			_ = st.Close()
 			_ = cli.Close()
@@ -103,144 +69,19 @@ func openBackend(cfg *config.Config, clk clock.Clock, log *slog.Logger) (*backen
 	}, nil
 }
 
-// job is one piece of leader work.
-type job struct {
-	name string
-	run  func(context.Context) error
-}
-
-// runJobs runs jobs until ctx ends or one of them fails; then it cancels the
-// others, waits for all of them, and returns the first failure.
-func runJobs(ctx context.Context, jobs []job) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	var once sync.Once
-	var first error
-	for _, j := range jobs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := j.run(ctx); err != nil && ctx.Err() == nil {
-				once.Do(func() { first = fmt.Errorf("%s: %w", j.name, err) })
-				cancel()
-			}
-		}()
-	}
-	wg.Wait()
-	return first
-}
-
-// purgeBatch is how many expired dedupe keys one transaction deletes (two
-// deletes each, under etcd's 128 operations per transaction).
-const purgeBatch = 50
-
-// retention keeps the store bounded, now and then every pruneEvery until ctx
-// ends: it deletes expired inbound-event dedupe keys and, when auditFor > 0,
-// audit records older than auditFor. A failed round is logged and retried
-// next round: retention is not urgent.
-func retention(ctx context.Context, s store.Store, clk clock.Clock, auditFor time.Duration, log *slog.Logger) error {
-	t := time.NewTicker(pruneEvery)
-	defer t.Stop()
-	for {
-		if n, err := purgeDedupe(ctx, s, clk.Now()); err != nil && ctx.Err() == nil {
-			log.WarnContext(ctx, "retention: purging dedupe keys failed", "error", err)
-		} else if n > 0 {
-			log.InfoContext(ctx, "retention: purged expired dedupe keys", "keys", n)
-		}
-		if auditFor > 0 {
-			n, err := audit.Prune(ctx, s, clk.Now().Add(-auditFor))
-			if err != nil && ctx.Err() == nil {
-				log.WarnContext(ctx, "retention: pruning audit records failed", "error", err)
-			} else if n > 0 {
-				log.InfoContext(ctx, "retention: pruned audit records", "records", n, "retention", auditFor)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-// purgeDedupe deletes the dedupe keys expired by now, purgeBatch per
-// transaction.
-func purgeDedupe(ctx context.Context, s store.Store, now time.Time) (int, error) {
-	total := 0
-	for {
-		var n int
-		err := s.Update(ctx, func(tx store.Tx) error {
-			var err error
-			n, err = store.PurgeDedupe(tx, now, purgeBatch)
-			return err
-		})
-		if err != nil {
-			return total, err
-		}
-		total += n
-		if n < purgeBatch {
-			return total, nil
-		}
-	}
-}
-
-// claimed is a connector whose sends each begin with a claim: an empty
-// Update of the fenced etcd store, which fails once this instance no longer
-// leads. A deposed leader (paused, partitioned) thus posts nothing after
-// etcd ended its term; at most a send already past its claim may land. The
-// failed claim is an ordinary delivery failure: the effect stays in the
-// outbox for the new leader.
-type claimed struct {
-	chat.Connector
+// elected is the etcd election as the core's Leadership. Its claim is an
+// empty Update of the fenced etcd store, which fails once this instance no
+// longer leads: a deposed leader (paused, partitioned) thus posts nothing
+// after etcd ended its term.
+type elected struct {
+	*election.Leadership
 	store store.Store
 }
 
-// claimedDM is claimed for a connector that can also message users directly.
-type claimedDM struct {
-	claimed
-	dm chat.DirectMessenger
+func (e elected) Lead(ctx context.Context, work func(context.Context) error) error {
+	return e.Run(ctx, work)
 }
 
-func claimFirst(c chat.Connector, s store.Store) chat.Connector {
-	cl := claimed{Connector: c, store: s}
-	if dm, ok := c.(chat.DirectMessenger); ok {
-		return &claimedDM{claimed: cl, dm: dm}
-	}
-	return &cl
-}
-
-func (c *claimed) claim(ctx context.Context) error {
-	if err := c.store.Update(ctx, func(store.Tx) error { return nil }); err != nil {
-		return fmt.Errorf("%s: claim before sending: %w", c.Surface(), err)
-	}
-	return nil
-}
-
-func (c *claimed) StartThread(ctx context.Context, channel string, m chat.Message) (chat.ThreadRef, chat.MessageRef, error) {
-	if err := c.claim(ctx); err != nil {
-		return chat.ThreadRef{}, chat.MessageRef{}, err
-	}
-	return c.Connector.StartThread(ctx, channel, m)
-}
-
-func (c *claimed) Reply(ctx context.Context, t chat.ThreadRef, m chat.Message) (chat.MessageRef, error) {
-	if err := c.claim(ctx); err != nil {
-		return chat.MessageRef{}, err
-	}
-	return c.Connector.Reply(ctx, t, m)
-}
-
-func (c *claimed) Update(ctx context.Context, ref chat.MessageRef, m chat.Message) error {
-	if err := c.claim(ctx); err != nil {
-		return err
-	}
-	return c.Connector.Update(ctx, ref, m)
-}
-
-func (c *claimedDM) Direct(ctx context.Context, user string, m chat.Message) (chat.MessageRef, error) {
-	if err := c.claim(ctx); err != nil {
-		return chat.MessageRef{}, err
-	}
-	return c.dm.Direct(ctx, user, m)
+func (e elected) Claim(ctx context.Context) error {
+	return e.store.Update(ctx, func(store.Tx) error { return nil })
 }

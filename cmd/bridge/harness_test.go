@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/roombridge/roombridge/internal/testbin"
 	"io"
 	"net/http"
 	"os"
@@ -16,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/roombridge/roombridge/internal/testbin"
 )
 
 // bridgeBin is the bridge binary built once for the tests of this package.

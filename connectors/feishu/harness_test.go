@@ -137,9 +137,9 @@ func (h *harness) start() {
 	}
 	svc := requests.NewService(db, clk, "acme", []string{"feishu:" + owner})
 	th := threads.New(h.rooms, surfaces...)
-	svc.Observe(th.Observe)
+	svc.AddObserver("threads", th.Observe)
 	appr := approvals.New(approvals.Options{Requests: svc, Rooms: h.rooms, Threads: th, Surfaces: surfaces, Log: h.log})
-	svc.Observe(appr.Observe)
+	svc.AddObserver("approvals", appr.Observe)
 	router := rooms.New(svc, appr, h.rooms, h.log)
 	opts := feishu.Options{Mode: h.s.mode, AppID: h.appID, AppSecret: appSecret, VerificationToken: vtoken,
 		EncryptKey: encryptKey, BaseURL: h.fake.URL(), Log: h.log}

@@ -139,10 +139,10 @@ func (h *harness) start() {
 	clk := clock.Real{}
 	svc := requests.NewService(db, clk, "acme", []string{"slack:" + owner})
 	th := threads.New(h.rooms, chat.Slack)
-	svc.Observe(th.Observe)
+	svc.AddObserver("threads", th.Observe)
 	appr := approvals.New(approvals.Options{Requests: svc, Rooms: h.rooms, Threads: th,
 		Surfaces: []string{chat.Slack}, Log: h.log})
-	svc.Observe(appr.Observe)
+	svc.AddObserver("approvals", appr.Observe)
 	router := rooms.New(svc, appr, h.rooms, h.log)
 	opts := slack.Options{Mode: h.s.mode, BotToken: slacktest.DefaultBotToken, AppToken: slacktest.DefaultAppToken,
 		SigningSecret: secret, APIURL: h.fake.APIURL(), Log: h.log, PingInterval: time.Hour}

@@ -56,11 +56,11 @@ func newEnv(t *testing.T, ags ...agents.Agent) *env {
 	rs := []config.Room{{Name: "main", Console: true, Agents: []string{"coder", "reviewer"}}}
 	svc := requests.NewService(db, clock.Real{}, "acme", []string{alice})
 	th := threads.New(rs, chat.Console)
-	svc.Observe(th.Observe)
+	svc.AddObserver("threads", th.Observe)
 	appr := approvals.New(approvals.Options{Requests: svc, Rooms: rs, TTL: time.Hour, Threads: th, Surfaces: []string{chat.Console}})
-	svc.Observe(appr.Observe)
+	svc.AddObserver("approvals", appr.Observe)
 	del := delegation.New(delegation.Options{Requests: svc, Agents: []string{"coder", "reviewer"}, Workdir: dir, Threads: th})
-	svc.Observe(del.Observe)
+	svc.AddObserver("delegation", del.Observe)
 	t.Cleanup(del.Wait)
 	sched := agents.NewScheduler(svc, th, nil, ags...)
 	sched.Approver, sched.Delegator = appr, del

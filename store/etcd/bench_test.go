@@ -71,7 +71,7 @@ func BenchmarkRequestCreate(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/workers=%d", be.name, workers), func(b *testing.B) {
 				s := be.open(b)
 				svc := requests.NewService(s, clock.Real{}, "acme", []string{"console:alice"})
-				svc.Observe(threads.New(rooms, chat.Console).Observe)
+				svc.AddObserver("threads", threads.New(rooms, chat.Console).Observe)
 				lat := make([]time.Duration, b.N)
 				var next sync.Mutex
 				i := 0

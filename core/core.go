@@ -1,0 +1,369 @@
+// Package core assembles a whole bridge from a config, a store, a clock, a
+// logger and the connectors: the request service and its observers, the
+// approvals, delegation and agent tools, the scheduler, the outbox, the
+// sweeper, the rooms router, the HTTP API and the supervisor of the leader's
+// work. It is the one place that wires the core; cmd/bridge and every test
+// that needs a running bridge call New.
+package core
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/approvals"
+	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/clock"
+	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/delegation"
+	"github.com/roombridge/roombridge/delegation/mcptools"
+	"github.com/roombridge/roombridge/httpapi"
+	"github.com/roombridge/roombridge/metrics"
+	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/rooms"
+	"github.com/roombridge/roombridge/store"
+	"github.com/roombridge/roombridge/threads"
+	"github.com/roombridge/roombridge/ttl"
+)
+
+// Options is what a bridge is built from.
+type Options struct {
+	// Config is the validated configuration (required).
+	Config *config.Config
+	// Store holds all state (required).
+	Store store.Store
+	// Clock defaults to the real one.
+	Clock clock.Clock
+	// Log defaults to discarding.
+	Log *slog.Logger
+	// Connectors are the chat surfaces. The core reaches their optional
+	// abilities through interfaces of its own: webhook routes (Routes),
+	// API error reports (ReportAPIErrors).
+	Connectors []chat.Connector
+	// APIToken is the bearer token of the HTTP API's /v1 routes.
+	APIToken string
+	// APIAddr is the host:port the HTTP API is reached at: agent processes
+	// get the agent tools' URL from it ("": agents get no tools).
+	APIAddr string
+	// Leadership is how this bridge leads (nil: a single node, which leads
+	// from the start).
+	Leadership Leadership
+	// AuditRetention, if set, is how long audit records are kept: the
+	// leader prunes older ones hourly.
+	AuditRetention time.Duration
+	// Runtimes, if set, gives an agent's runtime instead of the one its
+	// config describes (tests: the test binary as the demo agent).
+	Runtimes func(name string, a config.Agent) (agents.Runtime, error)
+	// Surfaces lists the surfaces the outbox delivers to (default: the
+	// connectors'). Tests that only inspect the outbox name them here.
+	Surfaces []string
+	// NoRuntimeMetrics leaves the Go runtime and process collectors out of
+	// the metrics (tests that scrape exact series).
+	NoRuntimeMetrics bool
+}
+
+// Leadership is the backend's election: single node or HA.
+type Leadership interface {
+	// Lead runs work while this instance leads, and returns when ctx ends
+	// or work fails.
+	Lead(ctx context.Context, work func(context.Context) error) error
+	// Leading answers /readyz.
+	Leading() bool
+	// Claim fails once this instance no longer leads: every send to a
+	// chat platform starts with it (nil: no fence).
+	Claim(ctx context.Context) error
+}
+
+// Bridge is an assembled bridge.
+type Bridge struct {
+	opts     Options
+	log      *slog.Logger
+	svc      *requests.Service
+	threads  *threads.Threads
+	appr     *approvals.Service
+	del      *delegation.Service
+	router   *rooms.Router
+	sched    *agents.Scheduler
+	deliver  *threads.Deliverer
+	sweeper  *ttl.Sweeper
+	tools    *mcptools.Server
+	met      *metrics.Metrics
+	api      *httpapi.Server
+	handler  http.Handler
+	stop     *stopping
+	intake   []job
+	surfaces []string
+}
+
+// webhooks is a connector that receives platform callbacks over the API's
+// HTTP server (Slack Events API, Feishu HTTP callback): mux patterns ("POST
+// /slack/events") to handlers that hand events to h.
+type webhooks interface {
+	Routes(h chat.Handler) map[string]http.Handler
+}
+
+// apiErrorReporter is a connector that reports its failed platform calls
+// (metrics).
+type apiErrorReporter interface {
+	ReportAPIErrors(hook func(code string, rateLimited bool))
+}
+
+// New builds a bridge. Nothing runs until Lead; Handler serves at once.
+func New(ctx context.Context, o Options) (*Bridge, error) {
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	cfg := o.Config
+	b := &Bridge{opts: o, log: o.Log, surfaces: o.Surfaces, stop: newStopping(cfg.Shutdown.Grace, o.Log)}
+	if b.surfaces == nil {
+		for _, c := range o.Connectors {
+			b.surfaces = append(b.surfaces, c.Surface())
+		}
+	}
+	b.svc = requests.NewService(o.Store, o.Clock, cfg.Owner, cfg.Owners)
+	if err := b.services(ctx); err != nil {
+		return nil, err
+	}
+	if err := b.scheduler(); err != nil {
+		return nil, err
+	}
+	b.leaderJobs()
+	b.http()
+	return b, nil
+}
+
+// agentNames are the configured agents, sorted.
+func (b *Bridge) agentNames() []string {
+	names := make([]string, 0, len(b.opts.Config.Agents))
+	for name := range b.opts.Config.Agents {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// services builds the request observers, in their order (see Observers),
+// and the router and sweeper that act on them.
+func (b *Bridge) services(ctx context.Context) error {
+	cfg, log := b.opts.Config, b.log
+	met, err := metrics.New(ctx, metrics.Options{Requests: b.svc, Agents: b.agentNames(), Surfaces: b.surfaces,
+		Log: log, NoRuntime: b.opts.NoRuntimeMetrics})
+	if err != nil {
+		return err
+	}
+	b.met = met
+	b.threads = threads.New(cfg.Rooms, b.surfaces...)
+	b.threads.SetRequests(b.svc) // a delegated request's title names the agent that asked
+	b.appr = approvals.New(approvals.Options{Requests: b.svc, Rooms: cfg.Rooms, TTL: cfg.Approvals.TTL,
+		Threads: b.threads, Surfaces: b.surfaces, Log: log})
+	caps := map[string]int{}
+	for name, a := range cfg.Agents {
+		caps[name] = a.MaxBackgroundTasks
+	}
+	b.del = delegation.New(delegation.Options{Requests: b.svc, Agents: b.agentNames(), MaxTasks: caps,
+		RendezvousTimeout: cfg.Delegation.RendezvousTimeout, Workdir: cfg.DataDir, Threads: b.threads, Log: log})
+	for _, o := range observers(b) {
+		b.svc.AddObserver(o.name, o.fn)
+	}
+	b.router = rooms.New(b.svc, b.appr, cfg.Rooms, log)
+	b.router.OnInbound = met.Inbound
+	for _, c := range b.opts.Connectors {
+		if r, ok := c.(apiErrorReporter); ok {
+			r.ReportAPIErrors(met.APIErrors(c.Surface()))
+		}
+	}
+	// The sweeper expires approvals and times out rendezvous.
+	b.sweeper, err = ttl.New(ttl.Options{Spec: cfg.Approvals.Sweep, Clock: b.opts.Clock, Log: log, OnSweep: met.Sweep}, b.appr, b.del)
+	return err
+}
+
+// observer is a request observer and the name it is registered under.
+type observer struct {
+	name string
+	fn   requests.Observer
+}
+
+// observers are the request observers in the order they must run, each in
+// the transaction of every change:
+//   - metrics keeps the store's request counts;
+//   - threads starts a new request's thread and updates its parent;
+//   - approvals after threads: an approval card is a reply in the thread
+//     that the threads observer starts;
+//   - delegation last: it closes a rendezvous and answers the asker when
+//     the delegated request ends, after that request's own thread has its
+//     outcome.
+func observers(b *Bridge) []observer {
+	return []observer{
+		{"metrics", b.met.Observe},
+		{"threads", b.threads.Observe},
+		{"approvals", b.appr.Observe},
+		{"delegation", b.del.Observe},
+	}
+}
+
+// scheduler builds the agents' runtimes and the scheduler, linked to
+// approvals (request_approval), delegation (ask_agent, background tasks)
+// and the agent tools over MCP: the scheduler issues a token for each turn
+// and hands it to the agent with the URL; each tool call goes through the
+// scheduler's dispatcher, as the exec protocol's calls do.
+func (b *Bridge) scheduler() error {
+	cfg := b.opts.Config
+	runtime := b.opts.Runtimes
+	if runtime == nil {
+		runtime = func(name string, a config.Agent) (agents.Runtime, error) { return runtimeFor(cfg, name, a) }
+	}
+	var ags []agents.Agent
+	for _, name := range b.agentNames() {
+		rt, err := runtime(name, cfg.Agents[name])
+		if err != nil {
+			return err
+		}
+		ags = append(ags, agents.Agent{Name: name, Runtime: rt})
+	}
+	b.sched = agents.NewScheduler(b.svc, b.threads, b.log, ags...)
+	b.sched.Approver = b.appr
+	b.sched.Delegator = b.del
+	b.sched.OnTurn = b.met.Turn
+	b.sched.Tasks = mcptools.Tasks{Requests: b.svc, Delegation: b.del} // task_status
+	b.tools = mcptools.New(mcptools.Options{Requests: b.svc, Calls: b.sched, Log: b.log})
+	b.sched.Tools = b.tools
+	if b.opts.APIAddr != "" {
+		b.sched.MCPURL = mcptools.URL(b.opts.APIAddr)
+	}
+	return nil
+}
+
+// leaderJobs builds the outbox and lists the intake: the sweeper, the
+// connectors and retention.
+func (b *Bridge) leaderJobs() {
+	conns := b.opts.Connectors
+	if l := b.opts.Leadership; l != nil {
+		conns = make([]chat.Connector, len(b.opts.Connectors))
+		for i, c := range b.opts.Connectors {
+			conns[i] = threads.Fenced(c, l.Claim)
+		}
+	}
+	b.deliver = threads.NewDeliverer(b.opts.Store, b.opts.Clock, b.log, conns...)
+	b.deliver.OnDelivered = b.met.Delivered
+	b.intake = []job{{"sweeper", b.sweeper.Run}}
+	for _, c := range b.opts.Connectors {
+		b.intake = append(b.intake, job{c.Surface(), func(ctx context.Context) error { return c.Run(ctx, b.router) }})
+	}
+	b.intake = append(b.intake, job{"retention", func(ctx context.Context) error {
+		return retention(ctx, b.opts.Store, b.opts.Clock, b.opts.AuditRetention, b.log)
+	}})
+}
+
+// http builds the API: /v1, health, metrics, the agent tools at /mcp and
+// the connectors' webhooks, behind the graceful stop's gate.
+func (b *Bridge) http() {
+	var ready func() bool
+	if l := b.opts.Leadership; l != nil {
+		ready = l.Leading
+	}
+	b.api = httpapi.New(httpapi.Options{Service: b.svc, Router: b.router, Token: b.opts.APIToken, Log: b.log,
+		Ready: ready, Tasks: b.del, Registry: b.met.Registry()})
+	b.api.Mount("/mcp", b.tools)
+	for _, c := range b.opts.Connectors {
+		if w, ok := c.(webhooks); ok {
+			for pattern, h := range w.Routes(b.router) {
+				b.api.Mount(pattern, h)
+			}
+		}
+	}
+	b.handler = b.stop.gate(b.api)
+}
+
+// Handler serves the HTTP API (and webhooks, and /mcp); once a graceful
+// stop has begun it refuses new work.
+func (b *Bridge) Handler() http.Handler { return b.handler }
+
+// Observers names the request observers in the order they run.
+func (b *Bridge) Observers() []string { return b.svc.Observers() }
+
+// Requests is the request service.
+func (b *Bridge) Requests() *requests.Service { return b.svc }
+
+// Router is the rooms router: the chat.Handler the connectors hand events to.
+func (b *Bridge) Router() *rooms.Router { return b.router }
+
+// Approvals is the approvals service.
+func (b *Bridge) Approvals() *approvals.Service { return b.appr }
+
+// Delegation is the delegation service (rendezvous, background tasks).
+func (b *Bridge) Delegation() *delegation.Service { return b.del }
+
+// Sweeper is the approvals sweeper (tests sweep at a fake clock's time).
+func (b *Bridge) Sweeper() *ttl.Sweeper { return b.sweeper }
+
+// Surfaces are the surfaces the outbox delivers to.
+func (b *Bridge) Surfaces() []string { return b.surfaces }
+
+// AgentCount is how many agents the bridge runs.
+func (b *Bridge) AgentCount() int { return len(b.opts.Config.Agents) }
+
+// Run does the leader's work whenever this instance leads, until ctx ends:
+// single node, at once. In a graceful stop (Stop) the work drains and Run
+// returns once ctx ends. An error is a critical failure of leader work.
+func (b *Bridge) Run(ctx context.Context) error {
+	lead := b.met.Leading(func(ctx context.Context) error { return b.stop.lead(ctx, b.work()) })
+	if l := b.opts.Leadership; l != nil {
+		return l.Lead(ctx, lead)
+	}
+	return lead(ctx)
+}
+
+// work is one term of the leader's work.
+func (b *Bridge) work() leaderWork {
+	return leaderWork{
+		sched: b.sched,
+		runSched: func(ctx context.Context) error {
+			// Tasks recorded running whose process is not ours end as
+			// interrupted (told to their agent) before any turn runs.
+			if err := b.del.Recover(ctx); err != nil {
+				return err
+			}
+			return b.sched.Run(ctx)
+		},
+		deliver: b.deliver,
+		intake:  b.intake,
+	}
+}
+
+// Stop begins a graceful stop: no new work (see Handler), intake stops,
+// running turns reach a safe point, the outbox is flushed; all within
+// shutdown.grace. Drained tells when that is done.
+func (b *Bridge) Stop() { b.stop.begin() }
+
+// Drained is closed once the leader's work has drained after Stop (at once
+// on a follower).
+func (b *Bridge) Drained() <-chan struct{} { return b.stop.drained() }
+
+// Wait waits for the background work that outlives a term (background
+// tasks' processes) to end.
+func (b *Bridge) Wait() { b.del.Wait() }
+
+// runtimeFor builds the runtime of agent name from its config.
+func runtimeFor(cfg *config.Config, name string, a config.Agent) (agents.Runtime, error) {
+	workdir := a.Workdir
+	if workdir == "" {
+		workdir = filepath.Join(cfg.DataDir, "work", name)
+	}
+	switch a.Kind {
+	case "exec":
+		return &agents.Exec{Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout, HideEnv: cfg.SecretEnv}, nil
+	case "claude":
+		return &agents.Claude{Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout, HideEnv: cfg.SecretEnv}, nil
+	case "codex":
+		return &agents.Codex{Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout, HideEnv: cfg.SecretEnv}, nil
+	}
+	return nil, fmt.Errorf("agents.%s.kind: unknown kind %q (want exec, claude or codex)", name, a.Kind)
+}
