@@ -69,7 +69,7 @@ func BenchmarkAckLatency(b *testing.B) {
 				<-tick.C
 				wg.Go(func() {
 					if mode == slack.ModeEvents {
-						req, _ := http.NewRequest(http.MethodPost, h.web.URL+"/slack/events", bytes.NewReader(bodies[i]))
+						req, _ := http.NewRequest(http.MethodPost, h.bridge.URL+"/slack/events", bytes.NewReader(bodies[i]))
 						req.Header.Set("Content-Type", "application/json")
 						slacktest.SignRequest(req, bodies[i], secret, time.Now())
 						start := time.Now()

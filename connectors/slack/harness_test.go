@@ -5,34 +5,27 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/roombridge/roombridge/internal/syncbuf"
-	"github.com/roombridge/roombridge/internal/testbin"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/roombridge/roombridge/core/coretest"
+	"github.com/roombridge/roombridge/internal/syncbuf"
+	"github.com/roombridge/roombridge/internal/testbin"
+
 	slackgo "github.com/slack-go/slack"
 
-	"github.com/roombridge/roombridge/agents"
-	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/chat"
-	"github.com/roombridge/roombridge/clock"
-	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/connectors/slack"
 	"github.com/roombridge/roombridge/connectors/slack/slacktest"
 	"github.com/roombridge/roombridge/requests"
-	"github.com/roombridge/roombridge/rooms"
 	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/store/bolt"
-	"github.com/roombridge/roombridge/threads"
 )
 
 // bridgeBin is the bridge binary, built once; its demo-agent subcommand is
@@ -83,27 +76,34 @@ func fast(s setup) setup {
 	return s
 }
 
-// harness is the real core (bolt store, requests service, threads and
-// outbox, rooms router, scheduler running the demo agent) in this process,
-// wired like cmd/bridge's daemon, with the Slack connector talking to a fake
-// Slack.
+// harness is the whole bridge (core.New on a bolt file, running the demo
+// agent) in this process, with the Slack connector talking to a fake Slack.
 type harness struct {
-	t     testing.TB
-	s     setup
-	fake  *slacktest.Server
-	dir   string
-	log   *slog.Logger
-	logs  *syncBuffer
-	rooms []config.Room
+	t    testing.TB
+	s    setup
+	fake *slacktest.Server
+	dir  string
+	log  *slog.Logger
+	logs *syncBuffer
 
 	// of the running instance
+	bridge *coretest.Bridge
 	db     *bolt.DB
 	svc    *requests.Service
 	conn   *slack.Connector
-	web    *httptest.Server
-	stop   func()
 	events atomic.Int64
 }
+
+// harnessConfig is the bridge's config: one room on the test channel.
+const harnessConfig = `
+owner: acme
+owners: [slack:UOWNER]
+data_dir: %DIR%
+slack: {mode: %MODE%, bot_token: xoxb-test, app_token: xapp-test, signing_secret: test}
+rooms:
+  - {name: backend, slack_channel: C0123, agents: [%AGENTS%], approvers: [slack:UOWNER]}
+agents:
+%AGENTDEFS%`
 
 func newHarness(t testing.TB, s setup) *harness {
 	t.Helper()
@@ -113,11 +113,9 @@ func newHarness(t testing.TB, s setup) *harness {
 	h := &harness{t: t, s: s, dir: t.TempDir(), logs: &syncBuffer{}}
 	h.log = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h.fake = slacktest.NewServer(s.fake...)
-	h.rooms = []config.Room{{Name: "backend", SlackChannel: channel, Agents: s.agents,
-		Approvers: []string{"slack:" + owner}}}
 	t.Cleanup(func() {
-		if h.stop != nil {
-			h.stop()
+		if h.bridge != nil {
+			h.bridge.Stop()
 		}
 		h.fake.Close()
 		if t.Failed() {
@@ -128,22 +126,21 @@ func newHarness(t testing.TB, s setup) *harness {
 	return h
 }
 
+// config is the harness's config text.
+func (h *harness) config() string {
+	var defs strings.Builder
+	for _, name := range h.s.agents {
+		fmt.Fprintf(&defs, "  %s: {kind: exec, command: [%q, demo-agent], workdir: %q}\n", name, bridgeBin, h.dir)
+	}
+	c := strings.ReplaceAll(harnessConfig, "%AGENTS%", strings.Join(h.s.agents, ", "))
+	c = strings.ReplaceAll(c, "%MODE%", h.s.mode)
+	return strings.ReplaceAll(c, "%AGENTDEFS%", defs.String())
+}
+
 // start runs an instance of the bridge on the harness's bolt file.
 func (h *harness) start() {
 	t := h.t
 	t.Helper()
-	db, err := bolt.Open(filepath.Join(h.dir, "bridge.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := clock.Real{}
-	svc := requests.NewService(db, clk, "acme", []string{"slack:" + owner})
-	th := threads.New(h.rooms, chat.Slack)
-	svc.AddObserver("threads", th.Observe)
-	appr := approvals.New(approvals.Options{Requests: svc, Rooms: h.rooms, Threads: th,
-		Surfaces: []string{chat.Slack}, Log: h.log})
-	svc.AddObserver("approvals", appr.Observe)
-	router := rooms.New(svc, appr, h.rooms, h.log)
 	opts := slack.Options{Mode: h.s.mode, BotToken: slacktest.DefaultBotToken, AppToken: slacktest.DefaultAppToken,
 		SigningSecret: secret, APIURL: h.fake.APIURL(), Log: h.log, PingInterval: time.Hour}
 	if h.s.wrapHTTP != nil {
@@ -156,51 +153,35 @@ func (h *harness) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ags []agents.Agent
-	for _, name := range h.s.agents {
-		ags = append(ags, agents.Agent{Name: name, Runtime: &agents.Exec{
-			Command: []string{bridgeBin, "demo-agent"}, Workdir: h.dir}})
-	}
-	sched := agents.NewScheduler(svc, th, h.log, ags...)
-	deliver := threads.NewDeliverer(db, clk, h.log, conn)
-	var core chat.Handler = router
+	var c chat.Connector = conn
 	if h.s.handler != nil {
-		core = h.s.handler(router)
+		c = wrappedCore{conn, h.s.handler}
 	}
-	var web *httptest.Server
-	if routes := conn.Routes(core); routes != nil {
-		mux := http.NewServeMux()
-		for pattern, hd := range routes {
-			mux.Handle(pattern, hd)
-		}
-		web = httptest.NewServer(mux)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for _, run := range []func(context.Context) error{sched.Run, deliver.Run,
-		func(ctx context.Context) error { return conn.Run(ctx, core) }} {
-		wg.Go(func() {
-			if err := run(ctx); err != nil && ctx.Err() == nil {
-				t.Errorf("run: %v", err)
-			}
-		})
-	}
-	h.db, h.svc, h.conn, h.web = db, svc, conn, web
-	var once sync.Once
-	h.stop = func() {
-		once.Do(func() {
-			cancel()
-			wg.Wait()
-			if web != nil {
-				web.Close()
-			}
-			_ = db.Close()
-		})
-	}
+	h.bridge = coretest.Start(t, coretest.Options{Config: h.config(), Dir: h.dir, Log: h.log,
+		Connectors: func() []chat.Connector { return []chat.Connector{c} }})
+	h.db, h.svc, h.conn = h.bridge.DB, h.bridge.Requests(), conn
 	if h.s.mode == slack.ModeSocket {
 		h.waitFake("a socket mode connection", func(s *slacktest.Server) bool { return s.Connections() > 0 })
 	}
 }
+
+// wrappedCore is the Slack connector seeing the core through wrap (a slow
+// or stuck core), in both modes.
+type wrappedCore struct {
+	*slack.Connector
+	wrap func(chat.Handler) chat.Handler
+}
+
+func (w wrappedCore) Run(ctx context.Context, h chat.Handler) error {
+	return w.Connector.Run(ctx, w.wrap(h))
+}
+
+func (w wrappedCore) Routes(h chat.Handler) map[string]http.Handler {
+	return w.Connector.Routes(w.wrap(h))
+}
+
+// stop stops the instance.
+func (h *harness) stop() { h.bridge.Stop() }
 
 // restart stops the instance and starts a new one on the same store.
 func (h *harness) restart() {
@@ -327,7 +308,7 @@ func (h *harness) click(payload []byte) {
 // started yet), as Slack does.
 func (h *harness) post(path string, body []byte, contentType string, ts time.Time, retry int) *http.Response {
 	h.t.Helper()
-	return postAccepted(h.t, h.ctx(), h.web.URL+path, body, contentType, func(req *http.Request) {
+	return postAccepted(h.t, h.ctx(), h.bridge.URL+path, body, contentType, func(req *http.Request) {
 		slacktest.SignRequest(req, body, secret, ts)
 		if retry > 0 {
 			req.Header.Set("X-Slack-Retry-Num", strconv.Itoa(retry))

@@ -92,7 +92,7 @@ func TestWebhookRefusals(t *testing.T) {
 	mention := slacktest.AppMentionEvent("EvFORGED", channel, member, raw, ts, "")
 	click := []byte(slacktest.InteractivityForm(slacktest.BlockActionsPayload(owner, channel, ts, "", "approval:R20260101-01:1", "approve", "R20260101-01")).Encode())
 	signed := func(path string, body []byte, ct string, sign func(*http.Request)) *http.Response {
-		req, err := http.NewRequest(http.MethodPost, h.web.URL+path, bytes.NewReader(body))
+		req, err := http.NewRequest(http.MethodPost, h.bridge.URL+path, bytes.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +132,7 @@ func TestWebhookRefusals(t *testing.T) {
 	}
 
 	chal := slacktest.URLVerification("challenge-123")
-	req, _ := http.NewRequest(http.MethodPost, h.web.URL+"/slack/events", bytes.NewReader(chal))
+	req, _ := http.NewRequest(http.MethodPost, h.bridge.URL+"/slack/events", bytes.NewReader(chal))
 	slacktest.SignRequest(req, chal, secret, now)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -1,0 +1,112 @@
+// Package coretest runs a whole bridge, assembled by core.New, inside a
+// test: a real bolt file, the HTTP API on a local test server, and the
+// leader's work running until the test stops it. The connector tests
+// (Slack, Feishu), delegation and approvals tests start their bridge here.
+package coretest
+
+import (
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/clock"
+	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/core"
+	"github.com/roombridge/roombridge/store/bolt"
+)
+
+// Token is the API token of every test bridge.
+const Token = "coretest-api-token"
+
+// Options describe a test bridge.
+type Options struct {
+	// Config is the YAML configuration; "%DIR%" in it stands for Dir.
+	Config string
+	// Dir is the data dir (and bolt file's folder): reuse it to restart
+	// a bridge on the same store. Required.
+	Dir string
+	// Connectors builds the connectors of one start (nil: none).
+	Connectors func() []chat.Connector
+	// Log defaults to discarding; Clock to the real one.
+	Log   *slog.Logger
+	Clock clock.Clock
+	// Runtimes, Surfaces: as core.Options.
+	Runtimes func(name string, a config.Agent) (agents.Runtime, error)
+	Surfaces []string
+	// Idle builds the bridge without running the leader's work: effects
+	// stay in the outbox, nothing sweeps, no agent runs.
+	Idle bool
+}
+
+// Bridge is a running test bridge.
+type Bridge struct {
+	*core.Bridge
+	DB         *bolt.DB
+	Config     *config.Config
+	Connectors []chat.Connector
+	// URL is the base URL of its HTTP API (webhooks, /v1, /mcp).
+	URL string
+
+	stop func()
+}
+
+// Start assembles a bridge from o and runs it until Stop or the end of t.
+func Start(t testing.TB, o Options) *Bridge {
+	t.Helper()
+	cfg, err := config.Parse([]byte(strings.ReplaceAll(o.Config, "%DIR%", o.Dir)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(filepath.Join(o.Dir, "bridge.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []chat.Connector
+	if o.Connectors != nil {
+		conns = o.Connectors()
+	}
+	web := httptest.NewUnstartedServer(nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	b, err := core.New(ctx, core.Options{Config: cfg, Store: db, Clock: o.Clock, Log: o.Log, Connectors: conns,
+		APIToken: Token, APIAddr: web.Listener.Addr().String(), Runtimes: o.Runtimes, Surfaces: o.Surfaces,
+		NoRuntimeMetrics: true})
+	if err != nil {
+		cancel()
+		web.Close()
+		_ = db.Close()
+		t.Fatal(err)
+	}
+	web.Config.Handler = b.Handler()
+	web.Start()
+	var wg sync.WaitGroup
+	if !o.Idle {
+		wg.Go(func() {
+			if err := b.Run(ctx); err != nil && ctx.Err() == nil {
+				t.Errorf("bridge: %v", err)
+			}
+		})
+	}
+	tb := &Bridge{Bridge: b, DB: db, Config: cfg, Connectors: conns, URL: web.URL}
+	var once sync.Once
+	tb.stop = func() {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+			b.Wait()
+			web.Close()
+			_ = db.Close()
+		})
+	}
+	t.Cleanup(tb.stop)
+	return tb
+}
+
+// Stop ends the bridge's work, waits for it, and closes its server and
+// store (again: nothing).
+func (b *Bridge) Stop() { b.stop() }
