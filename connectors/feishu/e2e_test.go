@@ -171,7 +171,7 @@ func TestCallbackRefusals(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, setup{mode: feishu.ModeCallback})
 	good := h.askEvent(owner, "echo hi")
-	url := h.web.URL + feishu.EventsPath
+	url := h.bridge.URL + feishu.EventsPath
 	encrypted := func(body []byte) []byte {
 		enc, err := feishutest.Encrypt(encryptKey, body)
 		if err != nil {
@@ -261,7 +261,7 @@ func TestCallbackChallenge(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req, err := feishutest.SignedRequest(h.ctx(), h.web.URL+feishu.EventsPath, encryptKey, []byte(enc), time.Now())
+		req, err := feishutest.SignedRequest(h.ctx(), h.bridge.URL+feishu.EventsPath, encryptKey, []byte(enc), time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}

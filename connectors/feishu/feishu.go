@@ -240,6 +240,10 @@ func pace(perSecond int) time.Duration {
 // Surface implements chat.Connector.
 func (c *Connector) Surface() string { return chat.Feishu }
 
+// Receiving reports whether Run is receiving events: until it is, HTTP
+// callbacks answer 503 (and Feishu pushes them again).
+func (c *Connector) Receiving() bool { return c.running.Load() > 0 }
+
 // Run receives events until ctx ends: over the long connection in ws mode; in
 // callback mode they come through Routes and Run only waits.
 func (c *Connector) Run(ctx context.Context, h chat.Handler) error {

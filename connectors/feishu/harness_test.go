@@ -7,31 +7,23 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/roombridge/roombridge/agents"
-	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/chat"
-	"github.com/roombridge/roombridge/clock"
-	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/connectors/feishu"
 	"github.com/roombridge/roombridge/connectors/feishu/feishutest"
 	"github.com/roombridge/roombridge/connectors/slack"
 	"github.com/roombridge/roombridge/connectors/slack/slacktest"
+	"github.com/roombridge/roombridge/core/coretest"
 	"github.com/roombridge/roombridge/internal/syncbuf"
 	"github.com/roombridge/roombridge/internal/testbin"
 	"github.com/roombridge/roombridge/requests"
-	"github.com/roombridge/roombridge/rooms"
 	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/store/bolt"
-	"github.com/roombridge/roombridge/threads"
 )
 
 // bridgeBin is the bridge binary, built once; its demo-agent subcommand is
@@ -67,11 +59,9 @@ type setup struct {
 	slack bool // also run the Slack connector against slacktest, on the same room
 }
 
-// harness is the real core (bolt store, requests service, threads and
-// outbox, approvals, rooms router, scheduler running the demo agent) in this
-// process, wired like cmd/bridge's daemon, with the Feishu connector talking
-// to feishutest (and, for cross-surface tests, the Slack connector to
-// slacktest).
+// harness is the whole bridge (core.New on a bolt file, running the demo
+// agent) in this process, with the Feishu connector talking to feishutest
+// (and, for cross-surface tests, the Slack connector to slacktest).
 type harness struct {
 	t     *testing.T
 	s     setup
@@ -81,15 +71,11 @@ type harness struct {
 	dir   string
 	log   *slog.Logger
 	logs  *syncBuffer
-	rooms []config.Room
 
+	bridge *coretest.Bridge
 	db     *bolt.DB
 	svc    *requests.Service
-	appr   *approvals.Service
-	router *rooms.Router
 	conn   *feishu.Connector
-	web    *httptest.Server
-	stop   func()
 	events atomic.Int64
 }
 
@@ -99,17 +85,12 @@ func newHarness(t *testing.T, s setup) *harness {
 		appID: fmt.Sprintf("cli_test%d_%d", os.Getpid(), appSeq.Add(1))}
 	h.log = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h.fake = feishutest.New(h.appID, appSecret, s.fake...)
-	room := config.Room{Name: "backend", FeishuChat: chatID, Agents: []string{"coder"},
-		Approvers: []string{"feishu:" + approver}}
 	if s.slack {
 		h.slack = slacktest.NewServer()
-		room.SlackChannel = slackChan
-		room.Approvers = append(room.Approvers, "slack:"+slackOwner)
 	}
-	h.rooms = []config.Room{room}
 	t.Cleanup(func() {
-		if h.stop != nil {
-			h.stop()
+		if h.bridge != nil {
+			h.bridge.Stop()
 		}
 		h.fake.Close()
 		if h.slack != nil {
@@ -123,24 +104,30 @@ func newHarness(t *testing.T, s setup) *harness {
 	return h
 }
 
+// config is the bridge's config: one room on the test chat (and, with
+// slack, on the Slack channel too).
+func (h *harness) config() string {
+	room := "{name: backend, feishu_chat: " + chatID + ", agents: [coder], approvers: [feishu:" + approver
+	slackSection := ""
+	if h.slack != nil {
+		room = "{name: backend, feishu_chat: " + chatID + ", slack_channel: " + slackChan +
+			", agents: [coder], approvers: [feishu:" + approver + ", slack:" + slackOwner
+		slackSection = "slack: {mode: socket, bot_token: xoxb-test, app_token: xapp-test}\n"
+	}
+	return fmt.Sprintf(`owner: acme
+owners: [feishu:%s]
+data_dir: %%DIR%%
+feishu: {mode: %s, app_id: %s, app_secret: test, verification_token: test}
+%srooms:
+  - %s]}
+agents:
+  coder: {kind: exec, command: [%q, demo-agent], workdir: %q}
+`, owner, h.s.mode, h.appID, slackSection, room, bridgeBin, h.dir)
+}
+
 func (h *harness) start() {
 	t := h.t
 	t.Helper()
-	db, err := bolt.Open(filepath.Join(h.dir, "bridge.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := clock.Real{}
-	surfaces := []string{chat.Feishu}
-	if h.slack != nil {
-		surfaces = append(surfaces, chat.Slack)
-	}
-	svc := requests.NewService(db, clk, "acme", []string{"feishu:" + owner})
-	th := threads.New(h.rooms, surfaces...)
-	svc.AddObserver("threads", th.Observe)
-	appr := approvals.New(approvals.Options{Requests: svc, Rooms: h.rooms, Threads: th, Surfaces: surfaces, Log: h.log})
-	svc.AddObserver("approvals", appr.Observe)
-	router := rooms.New(svc, appr, h.rooms, h.log)
 	opts := feishu.Options{Mode: h.s.mode, AppID: h.appID, AppSecret: appSecret, VerificationToken: vtoken,
 		EncryptKey: encryptKey, BaseURL: h.fake.URL(), Log: h.log}
 	if h.s.conn != nil {
@@ -159,41 +146,11 @@ func (h *harness) start() {
 		}
 		conns = append(conns, sc)
 	}
-	sched := agents.NewScheduler(svc, th, h.log, agents.Agent{Name: "coder", Runtime: &agents.Exec{
-		Command: []string{bridgeBin, "demo-agent"}, Workdir: h.dir}})
-	deliver := threads.NewDeliverer(db, clk, h.log, conns...)
-	var web *httptest.Server
-	if routes := conn.Routes(router); routes != nil {
-		mux := http.NewServeMux()
-		for pattern, hd := range routes {
-			mux.Handle(pattern, hd)
-		}
-		web = httptest.NewServer(mux)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	runs := []func(context.Context) error{sched.Run, deliver.Run}
-	for _, c := range conns {
-		runs = append(runs, func(ctx context.Context) error { return c.Run(ctx, router) })
-	}
-	for _, run := range runs {
-		wg.Go(func() {
-			if err := run(ctx); err != nil && ctx.Err() == nil {
-				t.Errorf("run: %v", err)
-			}
-		})
-	}
-	h.db, h.svc, h.appr, h.router, h.conn, h.web = db, svc, appr, router, conn, web
-	var once sync.Once
-	h.stop = func() {
-		once.Do(func() {
-			cancel()
-			wg.Wait()
-			if web != nil {
-				web.Close()
-			}
-			_ = db.Close()
-		})
+	h.bridge = coretest.Start(t, coretest.Options{Config: h.config(), Dir: h.dir, Log: h.log,
+		Connectors: func() []chat.Connector { return conns }})
+	h.db, h.svc, h.conn = h.bridge.DB, h.bridge.Requests(), conn
+	if h.s.mode == feishu.ModeCallback {
+		h.waitUntil("the connector receiving callbacks", conn.Receiving)
 	}
 	if h.s.mode == feishu.ModeWS {
 		h.waitFake("a long connection", func() bool { return h.fake.Connections() > 0 })
@@ -201,6 +158,22 @@ func (h *harness) start() {
 	if h.slack != nil {
 		if err := h.slack.WaitFor(h.ctx(), func(s *slacktest.Server) bool { return s.Connections() > 0 }); err != nil {
 			t.Fatalf("waiting for slack socket mode: %v", err)
+		}
+	}
+}
+
+// waitUntil waits, re-checking every few milliseconds until the tests'
+// deadline, for a condition that no fake's change announces.
+func (h *harness) waitUntil(what string, cond func() bool) {
+	h.t.Helper()
+	ctx := h.ctx()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			h.t.Fatalf("waiting for %s: %v", what, ctx.Err())
 		}
 	}
 }
@@ -351,7 +324,7 @@ func (h *harness) post(body []byte, ts time.Time) (int, []byte) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	req, err := feishutest.SignedRequest(h.ctx(), h.web.URL+feishu.EventsPath, encryptKey, []byte(enc), ts)
+	req, err := feishutest.SignedRequest(h.ctx(), h.bridge.URL+feishu.EventsPath, encryptKey, []byte(enc), ts)
 	if err != nil {
 		h.t.Fatal(err)
 	}
