@@ -57,11 +57,16 @@ type Options struct {
 	// leader prunes older ones hourly.
 	AuditRetention time.Duration
 	// Runtimes, if set, gives an agent's runtime instead of the one its
-	// config describes (tests: the test binary as the demo agent).
+	// config describes (tests: the test binary as the demo agent). A nil
+	// runtime leaves the agent out of the scheduler: its requests are
+	// moved by hand (tests of delegation's caps).
 	Runtimes func(name string, a config.Agent) (agents.Runtime, error)
 	// Surfaces lists the surfaces the outbox delivers to (default: the
 	// connectors'). Tests that only inspect the outbox name them here.
 	Surfaces []string
+	// HoldOutbox leaves every effect in the outbox, undelivered (tests that
+	// read a thread's effects there).
+	HoldOutbox bool
 	// NoRuntimeMetrics leaves the Go runtime and process collectors out of
 	// the metrics (tests that scrape exact series).
 	NoRuntimeMetrics bool
@@ -226,7 +231,9 @@ func (b *Bridge) scheduler() error {
 		if err != nil {
 			return err
 		}
-		ags = append(ags, agents.Agent{Name: name, Runtime: rt})
+		if rt != nil {
+			ags = append(ags, agents.Agent{Name: name, Runtime: rt})
+		}
 	}
 	b.sched = agents.NewScheduler(b.svc, b.threads, b.log, ags...)
 	b.sched.Approver = b.appr
@@ -334,6 +341,7 @@ func (b *Bridge) work() leaderWork {
 			return b.sched.Run(ctx)
 		},
 		deliver: b.deliver,
+		hold:    b.opts.HoldOutbox,
 		intake:  b.intake,
 	}
 }

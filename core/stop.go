@@ -79,6 +79,7 @@ type leaderWork struct {
 	sched    *agents.Scheduler
 	runSched func(context.Context) error // sched.Run, after recovery
 	deliver  *threads.Deliverer
+	hold     bool // deliver nothing (Options.HoldOutbox)
 	intake   []job
 }
 
@@ -127,6 +128,9 @@ func (s *stopping) jobs(w leaderWork) []job {
 			return w.runSched(ctx)
 		}},
 		{"outbox", func(ctx context.Context) error {
+			if w.hold {
+				return nil
+			}
 			// Deliver as usual until the scheduler has stopped, then flush
 			// what it left, by the deadline.
 			if err := until(schedDone, w.deliver.Run)(ctx); err != nil || ctx.Err() != nil || !s.stopped() {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,11 +15,11 @@ import (
 
 	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/agents/demo"
-	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/core/coretest"
 	"github.com/roombridge/roombridge/delegation"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/rooms"
@@ -41,8 +42,9 @@ func TestMain(m *testing.M) {
 
 const alice = "console:alice" // an owner: her asks are approved at once
 
-// env is the real core on a real bolt file with the delegation service and
-// a scheduler running the demo agent as coder and reviewer.
+// env is the whole bridge (core.New) on a real bolt file, in the console
+// room, running the demo agent as coder and reviewer; the effects stay in
+// the outbox to be read.
 type env struct {
 	t      *testing.T
 	ctx    context.Context
@@ -50,7 +52,9 @@ type env struct {
 	svc    *requests.Service
 	router *rooms.Router
 	del    *delegation.Service
-	log    string // the demo agents' log
+	log    string   // the demo agents' log
+	dir    string   // the data dir
+	shared *bolt.DB // the store kept across bridges (nil: each bridge its own)
 }
 
 func newEnv(t *testing.T, caps map[string]int) *env {
@@ -62,41 +66,57 @@ func newEnv(t *testing.T, caps map[string]int) *env {
 func newEnvTimeout(t *testing.T, caps map[string]int, timeout time.Duration) *env {
 	t.Helper()
 	dir := t.TempDir()
-	db, err := bolt.Open(filepath.Join(dir, "bridge.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	rs := []config.Room{{Name: "main", Console: true, Agents: []string{"coder", "reviewer"}}}
-	svc := requests.NewService(db, clock.Real{}, "acme", []string{alice})
-	th := threads.New(rs, chat.Console)
-	th.SetRequests(svc)
-	svc.AddObserver("threads", th.Observe)
-	appr := approvals.New(approvals.Options{Requests: svc, Rooms: rs, TTL: time.Hour, Threads: th, Surfaces: []string{chat.Console}})
-	svc.AddObserver("approvals", appr.Observe)
-	del := delegation.New(delegation.Options{Requests: svc, Agents: []string{"coder", "reviewer"}, MaxTasks: caps, Workdir: dir, Threads: th,
-		RendezvousTimeout: timeout})
-	svc.AddObserver("delegation", del.Observe)
-	e := &env{t: t, ctx: ctx, db: db, svc: svc, router: rooms.New(svc, appr, rs, nil), del: del, log: filepath.Join(dir, "demo.log")}
-	rt := func() *agents.Exec {
-		return &agents.Exec{Command: []string{os.Args[0]}, Env: []string{helperEnv + "=demo",
-			"GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"), "DEMO_AGENT_LOG=" + e.log},
-			Grace: 2 * time.Second, Workdir: t.TempDir()}
-	}
-	s := agents.NewScheduler(svc, th, nil, agents.Agent{Name: "coder", Runtime: rt()}, agents.Agent{Name: "reviewer", Runtime: rt()})
-	s.Delegator = del
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = s.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		del.Wait()
-		_ = db.Close()
-	})
+	e := &env{t: t, ctx: context.Background(), log: filepath.Join(dir, "demo.log"), dir: dir}
+	e.setBridge(e.startBridge(caps, timeout, nil))
 	return e
+}
+
+// testConfig is the bridge's config: the console room with coder and
+// reviewer, each agent capped at caps (agents only there are moved by
+// hand), rendezvous timing out after timeout.
+func testConfig(caps map[string]int, timeout time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "owner: acme\nowners: [%s]\ndata_dir: %%DIR%%\n", alice)
+	fmt.Fprintf(&b, "delegation: {rendezvous_timeout: %s}\n", timeout)
+	b.WriteString("rooms:\n  - {name: main, console: true, agents: [coder, reviewer]}\nagents:\n")
+	names := []string{"coder", "reviewer"}
+	for name := range caps {
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	for _, name := range names {
+		fmt.Fprintf(&b, "  %s: {kind: exec, command: [demo], max_background_tasks: %d}\n", name, caps[name])
+	}
+	return b.String()
+}
+
+// startBridge starts a bridge on e's data dir; coder runs on coder (nil:
+// the demo agent), reviewer on the demo agent, other agents not at all.
+func (e *env) startBridge(caps map[string]int, timeout time.Duration, coder agents.Runtime) *coretest.Bridge {
+	return coretest.Start(e.t, coretest.Options{Config: testConfig(caps, timeout), Dir: e.dir, DB: e.shared,
+		Surfaces: []string{chat.Console}, HoldOutbox: true,
+		Runtimes: func(name string, _ config.Agent) (agents.Runtime, error) {
+			switch {
+			case name == "coder" && coder != nil:
+				return coder, nil
+			case name == "coder" || name == "reviewer":
+				return e.demo(), nil
+			}
+			return nil, nil
+		}})
+}
+
+// setBridge makes b the bridge e acts on.
+func (e *env) setBridge(b *coretest.Bridge) {
+	e.db, e.svc, e.router, e.del = b.DB, b.Requests(), b.Router(), b.Delegation()
+}
+
+// demo is the demo agent: this test binary, logging to e.log.
+func (e *env) demo() *agents.Exec {
+	return &agents.Exec{Command: []string{os.Args[0]}, Env: []string{helperEnv + "=demo",
+		"GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"), "DEMO_AGENT_LOG=" + e.log},
+		Grace: 2 * time.Second, Workdir: e.t.TempDir()}
 }
 
 func (e *env) ask(agent, text string) *requests.Request {

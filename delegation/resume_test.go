@@ -13,28 +13,21 @@ import (
 	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
-	"github.com/roombridge/roombridge/clock"
-	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/core/coretest"
 	"github.com/roombridge/roombridge/delegation"
 	"github.com/roombridge/roombridge/requests"
-	"github.com/roombridge/roombridge/rooms"
 	"github.com/roombridge/roombridge/store/bolt"
-	"github.com/roombridge/roombridge/threads"
 )
 
-// lives runs the core as a bridge does, and again after a restart: each
-// life builds requests, threads, approvals, delegation and a scheduler
-// (coder and reviewer, the demo agent) afresh over the same bolt store, as
-// a restarted bridge does, and recovers the tasks before its scheduler
-// runs. A life ends when its scheduler's context ends: a running turn is
-// cut there (its agent killed), and its request stays running.
+// lives runs the whole bridge (core.New), and again after a restart: each
+// life assembles a bridge afresh over the same bolt file, as a restarted
+// bridge does, which recovers the tasks before its scheduler runs. A life
+// ends when its bridge stops: a running turn is cut there (its agent
+// killed), and its request stays running.
 type lives struct {
 	*env
-	appr *approvals.Service
-	// stop ends the current life; ended lists what each ended life's
-	// delegation service must wait for (its task processes) at cleanup.
-	stop  func()
-	ended []*delegation.Service
+	appr   *approvals.Service
+	bridge *coretest.Bridge // of the current life
 }
 
 func newLives(t *testing.T) *lives {
@@ -44,14 +37,9 @@ func newLives(t *testing.T) *lives {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	l := &lives{env: &env{t: t, ctx: ctx, db: db, log: filepath.Join(dir, "demo.log")}}
+	l := &lives{env: &env{t: t, ctx: context.Background(), log: filepath.Join(dir, "demo.log"), dir: dir, shared: db}}
 	t.Cleanup(func() {
-		cancel()
 		l.end()
-		for _, d := range l.ended {
-			d.Wait()
-		}
 		_ = db.Close()
 	})
 	return l
@@ -59,44 +47,16 @@ func newLives(t *testing.T) *lives {
 
 // start begins a life whose coder runs on coder (nil: the demo agent).
 func (l *lives) start(coder agents.Runtime) {
-	t := l.t
-	t.Helper()
-	rs := []config.Room{{Name: "main", Console: true, Agents: []string{"coder", "reviewer"}}}
-	svc := requests.NewService(l.db, clock.Real{}, "acme", []string{alice})
-	th := threads.New(rs, chat.Console)
-	th.SetRequests(svc)
-	svc.AddObserver("threads", th.Observe)
-	appr := approvals.New(approvals.Options{Requests: svc, Rooms: rs, TTL: time.Hour, Threads: th, Surfaces: []string{chat.Console}})
-	svc.AddObserver("approvals", appr.Observe)
-	del := delegation.New(delegation.Options{Requests: svc, Agents: []string{"coder", "reviewer"}, Workdir: t.TempDir(), Threads: th})
-	svc.AddObserver("delegation", del.Observe)
-	if err := del.Recover(l.ctx); err != nil {
-		t.Fatal(err)
-	}
-	l.svc, l.del, l.appr, l.router = svc, del, appr, rooms.New(svc, appr, rs, nil)
-	if coder == nil {
-		coder = l.demo()
-	}
-	s := agents.NewScheduler(svc, th, nil, agents.Agent{Name: "coder", Runtime: coder}, agents.Agent{Name: "reviewer", Runtime: l.demo()})
-	s.Approver, s.Delegator = appr, del
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = s.Run(ctx)
-	}()
-	l.stop = func() {
-		cancel()
-		<-done
-		l.ended = append(l.ended, del)
-	}
+	l.bridge = l.startBridge(nil, 0, coder)
+	l.setBridge(l.bridge)
+	l.appr = l.bridge.Approvals()
 }
 
 // end ends the current life, if any.
 func (l *lives) end() {
-	if l.stop != nil {
-		l.stop()
-		l.stop = nil
+	if l.bridge != nil {
+		l.bridge.Stop()
+		l.bridge = nil
 	}
 }
 
@@ -105,12 +65,6 @@ func (l *lives) end() {
 func (l *lives) restart() {
 	l.end()
 	l.start(nil)
-}
-
-func (l *lives) demo() *agents.Exec {
-	return &agents.Exec{Command: []string{os.Args[0]}, Env: []string{helperEnv + "=demo",
-		"GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"), "DEMO_AGENT_LOG=" + l.log},
-		Grace: 2 * time.Second, Workdir: l.t.TempDir()}
 }
 
 // cutAfter runs an agent whose turn is cut, as by a crash, right after its

@@ -31,6 +31,11 @@ type Options struct {
 	// Dir is the data dir (and bolt file's folder): reuse it to restart
 	// a bridge on the same store. Required.
 	Dir string
+	// DB, if set, is the store, kept open across bridges by the test (a
+	// restart whose background tasks outlive the bridge that started
+	// them); then Stop leaves it open and waits for those tasks only at
+	// the end of the test. Unset: the bolt file in Dir, closed by Stop.
+	DB *bolt.DB
 	// Connectors builds the connectors of one start (nil: none).
 	Connectors func() []chat.Connector
 	// Log defaults to discarding; Clock to the real one.
@@ -39,6 +44,8 @@ type Options struct {
 	// Runtimes, Surfaces: as core.Options.
 	Runtimes func(name string, a config.Agent) (agents.Runtime, error)
 	Surfaces []string
+	// HoldOutbox: as core.Options.
+	HoldOutbox bool
 	// Idle builds the bridge without running the leader's work: effects
 	// stay in the outbox, nothing sweeps, no agent runs.
 	Idle bool
@@ -63,9 +70,16 @@ func Start(t testing.TB, o Options) *Bridge {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := bolt.Open(filepath.Join(o.Dir, "bridge.db"))
-	if err != nil {
-		t.Fatal(err)
+	db, err := o.DB, error(nil)
+	if db == nil {
+		if db, err = bolt.Open(filepath.Join(o.Dir, "bridge.db")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closeDB := func() {
+		if o.DB == nil {
+			_ = db.Close()
+		}
 	}
 	var conns []chat.Connector
 	if o.Connectors != nil {
@@ -74,12 +88,12 @@ func Start(t testing.TB, o Options) *Bridge {
 	web := httptest.NewUnstartedServer(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	b, err := core.New(ctx, core.Options{Config: cfg, Store: db, Clock: o.Clock, Log: o.Log, Connectors: conns,
-		APIToken: Token, APIAddr: web.Listener.Addr().String(), Runtimes: o.Runtimes, Surfaces: o.Surfaces,
+		APIToken: Token, APIAddr: web.Listener.Addr().String(), Runtimes: o.Runtimes, Surfaces: o.Surfaces, HoldOutbox: o.HoldOutbox,
 		NoRuntimeMetrics: true})
 	if err != nil {
 		cancel()
 		web.Close()
-		_ = db.Close()
+		closeDB()
 		t.Fatal(err)
 	}
 	web.Config.Handler = b.Handler()
@@ -98,15 +112,20 @@ func Start(t testing.TB, o Options) *Bridge {
 		once.Do(func() {
 			cancel()
 			wg.Wait()
-			b.Wait()
 			web.Close()
-			_ = db.Close()
+			if o.DB != nil {
+				t.Cleanup(b.Wait) // before the test closes its store
+				return
+			}
+			b.Wait()
+			closeDB()
 		})
 	}
 	t.Cleanup(tb.stop)
 	return tb
 }
 
-// Stop ends the bridge's work, waits for it, and closes its server and
-// store (again: nothing).
+// Stop ends the bridge's work, waits for it and for its background tasks,
+// and closes its server and store (again: nothing). With Options.DB, the
+// tasks are waited for, and the store closed, at the end of the test.
 func (b *Bridge) Stop() { b.stop() }
