@@ -3,8 +3,6 @@ package approvals_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,7 +10,7 @@ import (
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
-	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/core/coretest"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/rooms"
 	"github.com/roombridge/roombridge/store"
@@ -47,37 +45,33 @@ type env struct {
 	router *rooms.Router
 }
 
-func testRooms() []config.Room {
-	return []config.Room{
-		{Name: "backend", SlackChannel: "C1", FeishuChat: "oc_1", Agents: []string{"coder"},
-			Approvers: []string{approver, approver2}},
-		{Name: "quick", SlackChannel: "C2", Agents: []string{"coder"}, ApprovalTTL: 90 * time.Minute},
-		{Name: "guarded", SlackChannel: "C3", Agents: []string{"coder", "reviewer"}, Members: []string{member},
-			Approvers: []string{approver}},
-	}
-}
+// testConfig has three rooms: backend on Slack and Feishu with approvers
+// on both, quick with a shorter approval TTL, guarded with members.
+const testConfig = `
+owner: acme
+owners: [slack:UOWNER, feishu:ou_owner]
+data_dir: %DIR%
+slack: {mode: socket, bot_token: xoxb-test, app_token: xapp-test}
+feishu: {mode: ws, app_id: cli_test, app_secret: test}
+approvals: {ttl: 24h}
+rooms:
+  - {name: backend, slack_channel: C1, feishu_chat: oc_1, agents: [coder], approvers: [slack:UAPPROVER, feishu:ou_approver]}
+  - {name: quick, slack_channel: C2, agents: [coder], approval_ttl: 90m}
+  - {name: guarded, slack_channel: C3, agents: [coder, reviewer], members: [slack:UBOB], approvers: [slack:UAPPROVER]}
+agents:
+  coder: {kind: exec, command: [demo]}
+  reviewer: {kind: exec, command: [demo]}
+`
 
+// newEnv assembles the whole bridge (core.New) without running it: no
+// agent runs, nothing sweeps but the tests, effects stay in the outbox.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	db, err := bolt.Open(filepath.Join(t.TempDir(), "bridge.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
 	clk := clock.NewFake(t0)
-	rs := testRooms()
-	svc := requests.NewService(db, clk, "acme", []string{owner, owner2})
-	th := threads.New(rs, chat.Slack, chat.Feishu)
-	svc.AddObserver("threads", th.Observe)
-	appr := approvals.New(approvals.Options{Requests: svc, Rooms: rs, TTL: 24 * time.Hour, Threads: th,
-		Surfaces: []string{chat.Slack, chat.Feishu}})
-	svc.AddObserver("approvals", appr.Observe)
-	sw, err := ttl.New(ttl.Options{Clock: clk}, appr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{t: t, ctx: context.Background(), db: db, clk: clk, svc: svc, appr: appr, sweep: sw,
-		router: rooms.New(svc, appr, rs, slog.New(slog.DiscardHandler))}
+	b := coretest.Start(t, coretest.Options{Config: testConfig, Dir: t.TempDir(), Clock: clk,
+		Surfaces: []string{chat.Slack, chat.Feishu}, Idle: true})
+	return &env{t: t, ctx: context.Background(), db: b.DB, clk: clk, svc: b.Requests(), appr: b.Approvals(),
+		sweep: b.Sweeper(), router: b.Router()}
 }
 
 // ask makes a request by user in room (pending unless user is an owner).
