@@ -2,7 +2,6 @@ package main
 
 import (
 	"log/slog"
-	"net/http"
 	"os"
 	"slices"
 
@@ -12,13 +11,6 @@ import (
 	"github.com/roombridge/roombridge/connectors/feishu"
 	"github.com/roombridge/roombridge/connectors/slack"
 )
-
-// webhooks is a connector that receives platform callbacks over the API's
-// HTTP server (Slack Events API, Feishu HTTP callback). Routes maps mux
-// patterns ("POST /slack/events") to handlers that hand events to h.
-type webhooks interface {
-	Routes(h chat.Handler) map[string]http.Handler
-}
 
 // connectorsFor builds the connectors the config asks for, explicitly (no
 // init-time registry).
@@ -65,17 +57,4 @@ func slackConnector(s *config.Slack, log *slog.Logger) (*slack.Connector, error)
 	}
 	return slack.New(slack.Options{Mode: s.Mode, BotToken: bot, AppToken: app, SigningSecret: secret,
 		APIURL: s.APIURL, BroadcastFinal: s.BroadcastFinal, Log: log})
-}
-
-// reportAPIErrors gives the platform connectors the hook their failed API
-// calls are reported to (metrics), per surface.
-func reportAPIErrors(conns []chat.Connector, hook func(surface string) func(code string, rateLimited bool)) {
-	for _, c := range conns {
-		switch c := c.(type) {
-		case *slack.Connector:
-			c.OnAPIError = hook(c.Surface())
-		case *feishu.Connector:
-			c.OnAPIError = hook(c.Surface())
-		}
-	}
 }

@@ -130,11 +130,11 @@ type Connector struct {
 	botID    string
 	botTried time.Time
 
-	// OnAPIError, if set, is told of every failed Open API send: Feishu's
+	// onAPIError, if set, is told of every failed Open API send: Feishu's
 	// error code, http_<status>, or transport; a rate limit (HTTP 429,
 	// 99991400 and the per-chat limit codes) has rateLimited set instead
-	// (metrics). Set it before Run.
-	OnAPIError func(code string, rateLimited bool)
+	// (metrics).
+	onAPIError func(code string, rateLimited bool)
 }
 
 var _ chat.DirectMessenger = (*Connector)(nil)
@@ -236,6 +236,10 @@ func spacing(perSecond int) time.Duration {
 func pace(perSecond int) time.Duration {
 	return time.Duration(float64(time.Second) / (0.8 * float64(perSecond)))
 }
+
+// ReportAPIErrors sets the hook told of every failed platform call (see
+// onAPIError). Call it before Run.
+func (c *Connector) ReportAPIErrors(hook func(code string, rateLimited bool)) { c.onAPIError = hook }
 
 // Surface implements chat.Connector.
 func (c *Connector) Surface() string { return chat.Feishu }
@@ -402,22 +406,22 @@ func (c *Connector) reply(ctx context.Context, chatID, parent, msgType, content,
 	return id, err
 }
 
-// apiError reports a failed call to OnAPIError and classifies its answer.
+// apiError reports a failed call to onAPIError and classifies its answer.
 func (c *Connector) apiError(op string, resp *larkcore.ApiResp, ce larkcore.CodeError, err error) error {
 	out := classify(op, resp, ce, err)
-	if out == nil || c.OnAPIError == nil || errors.Is(err, context.Canceled) {
+	if out == nil || c.onAPIError == nil || errors.Is(err, context.Canceled) {
 		return out
 	}
 	var ra *chat.RetryAfterError
 	switch {
 	case errors.As(out, &ra):
-		c.OnAPIError("", true)
+		c.onAPIError("", true)
 	case err != nil:
-		c.OnAPIError("transport", false)
+		c.onAPIError("transport", false)
 	case ce.Code != 0:
-		c.OnAPIError(strconv.Itoa(ce.Code), false)
+		c.onAPIError(strconv.Itoa(ce.Code), false)
 	default:
-		c.OnAPIError("http_"+strconv.Itoa(resp.StatusCode), false)
+		c.onAPIError("http_"+strconv.Itoa(resp.StatusCode), false)
 	}
 	return out
 }

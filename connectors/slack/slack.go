@@ -177,11 +177,10 @@ type Connector struct {
 	dmMu sync.Mutex
 	dms  map[string]string // user ID → DM channel ID
 
-	// OnAPIError, if set, is told of every failed Web API call: Slack's
+	// onAPIError, if set, is told of every failed Web API call: Slack's
 	// error code (channel_not_found...), http_<status>, or transport; a
-	// rate limit (HTTP 429) has rateLimited set instead (metrics). Set it
-	// before Run.
-	OnAPIError func(code string, rateLimited bool)
+	// rate limit (HTTP 429) has rateLimited set instead (metrics).
+	onAPIError func(code string, rateLimited bool)
 }
 
 var (
@@ -232,6 +231,10 @@ func New(opts Options) (*Connector, error) {
 	c.inbound = newPool(opts.Workers, opts.Queue, opts.AckBudget, log, c.respond)
 	return c, nil
 }
+
+// ReportAPIErrors sets the hook told of every failed platform call (see
+// onAPIError). Call it before Run.
+func (c *Connector) ReportAPIErrors(hook func(code string, rateLimited bool)) { c.onAPIError = hook }
 
 // Surface implements chat.Connector.
 func (c *Connector) Surface() string { return chat.Slack }
@@ -391,27 +394,27 @@ var permanentErrors = []string{
 	"cannot_dm_bot", "users_list_not_supplied", "too_many_attachments", "invalid_arguments",
 }
 
-// apiError reports a failed call to OnAPIError and classifies its error.
+// apiError reports a failed call to onAPIError and classifies its error.
 func (c *Connector) apiError(method string, err error) error {
 	c.report(err)
 	return classify(method, err)
 }
 
-// report tells OnAPIError the code of a failed call's error (nil: none).
+// report tells onAPIError the code of a failed call's error (nil: none).
 func (c *Connector) report(err error) {
-	if err != nil && c.OnAPIError != nil && !errors.Is(err, context.Canceled) {
+	if err != nil && c.onAPIError != nil && !errors.Is(err, context.Canceled) {
 		var rl *slackgo.RateLimitedError
 		var se slackgo.SlackErrorResponse
 		var sc slackgo.StatusCodeError
 		switch {
 		case errors.As(err, &rl), errors.As(err, &sc) && sc.Code == http.StatusTooManyRequests:
-			c.OnAPIError("", true)
+			c.onAPIError("", true)
 		case errors.As(err, &se):
-			c.OnAPIError(se.Err, false)
+			c.onAPIError(se.Err, false)
 		case errors.As(err, &sc):
-			c.OnAPIError("http_"+strconv.Itoa(sc.Code), false)
+			c.onAPIError("http_"+strconv.Itoa(sc.Code), false)
 		default:
-			c.OnAPIError("transport", false)
+			c.onAPIError("transport", false)
 		}
 	}
 }
