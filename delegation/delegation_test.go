@@ -14,6 +14,7 @@ import (
 
 	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/agents/demo"
+	"github.com/roombridge/roombridge/agents/process"
 	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
@@ -78,8 +79,8 @@ func newEnvTimeout(t *testing.T, caps map[string]int, timeout time.Duration) *en
 		RendezvousTimeout: timeout})
 	svc.Observe(del.Observe)
 	e := &env{t: t, ctx: ctx, db: db, svc: svc, router: rooms.New(svc, appr, rs, nil), del: del, log: filepath.Join(dir, "demo.log")}
-	rt := func() *agents.Exec {
-		return &agents.Exec{Command: []string{os.Args[0]}, Env: []string{helperEnv + "=demo",
+	rt := func() *process.Runtime {
+		return &process.Runtime{Command: []string{os.Args[0]}, Env: []string{helperEnv + "=demo",
 			"GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"), "DEMO_AGENT_LOG=" + e.log},
 			Grace: 2 * time.Second, Workdir: t.TempDir()}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/agents/process"
 	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
@@ -107,8 +108,8 @@ func (l *lives) restart() {
 	l.start(nil)
 }
 
-func (l *lives) demo() *agents.Exec {
-	return &agents.Exec{Command: []string{os.Args[0]}, Env: []string{helperEnv + "=demo",
+func (l *lives) demo() *process.Runtime {
+	return &process.Runtime{Command: []string{os.Args[0]}, Env: []string{helperEnv + "=demo",
 		"GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"), "DEMO_AGENT_LOG=" + l.log},
 		Grace: 2 * time.Second, Workdir: l.t.TempDir()}
 }
@@ -136,7 +137,7 @@ type cutSink struct {
 	c *cutAfter
 }
 
-func (k *cutSink) Call(ctx context.Context, ev agents.Event) agents.Response {
+func (k *cutSink) Call(ctx context.Context, ev agents.TurnEvent) agents.Response {
 	resp := k.Sink.Call(ctx, ev)
 	if ev.Type == k.c.call {
 		k.c.once.Do(func() { close(k.c.done) })

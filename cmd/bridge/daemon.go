@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/agents/process"
 	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
@@ -281,11 +282,11 @@ func runtimeFor(cfg *config.Config, name string, a config.Agent) (agents.Runtime
 	}
 	switch a.Kind {
 	case "exec":
-		return &agents.Exec{Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout, HideEnv: cfg.SecretEnv}, nil
+		return &process.Runtime{Kind: process.Exec, Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout, HideEnv: cfg.SecretEnv}, nil
 	case "claude":
-		return &agents.Claude{Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout, HideEnv: cfg.SecretEnv}, nil
+		return &process.Runtime{Kind: process.Claude, Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout, HideEnv: cfg.SecretEnv}, nil
 	case "codex":
-		return &agents.Codex{Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout, HideEnv: cfg.SecretEnv}, nil
+		return &process.Runtime{Kind: process.Codex, Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout, HideEnv: cfg.SecretEnv}, nil
 	}
 	return nil, fmt.Errorf("agents.%s.kind: unknown kind %q (want exec, claude or codex)", name, a.Kind)
 }

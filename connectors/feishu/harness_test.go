@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/agents/process"
 	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
@@ -159,7 +160,7 @@ func (h *harness) start() {
 		}
 		conns = append(conns, sc)
 	}
-	sched := agents.NewScheduler(svc, th, h.log, agents.Agent{Name: "coder", Runtime: &agents.Exec{
+	sched := agents.NewScheduler(svc, th, h.log, agents.Agent{Name: "coder", Runtime: &process.Runtime{
 		Command: []string{bridgeBin, "demo-agent"}, Workdir: h.dir}})
 	deliver := threads.NewDeliverer(db, clk, h.log, conns...)
 	var web *httptest.Server

@@ -22,6 +22,7 @@ import (
 	slackgo "github.com/slack-go/slack"
 
 	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/agents/process"
 	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
@@ -158,7 +159,7 @@ func (h *harness) start() {
 	}
 	var ags []agents.Agent
 	for _, name := range h.s.agents {
-		ags = append(ags, agents.Agent{Name: name, Runtime: &agents.Exec{
+		ags = append(ags, agents.Agent{Name: name, Runtime: &process.Runtime{
 			Command: []string{bridgeBin, "demo-agent"}, Workdir: h.dir}})
 	}
 	sched := agents.NewScheduler(svc, th, h.log, ags...)

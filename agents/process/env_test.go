@@ -1,4 +1,4 @@
-package agents_test
+package process_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/agents/process"
 )
 
 // nopSink takes a turn's reports and answers calls with an error.
@@ -15,18 +16,18 @@ func (nopSink) Session(context.Context, string) error       { return nil }
 func (nopSink) Tool(context.Context, string, string) error  { return nil }
 func (nopSink) Progress(context.Context, int, string) error { return nil }
 func (nopSink) Message(context.Context, string) error       { return nil }
-func (nopSink) Call(context.Context, agents.Event) agents.Response {
+func (nopSink) Call(context.Context, agents.TurnEvent) agents.Response {
 	return agents.Response{Error: "no calls here"}
 }
 
 func TestEnvironHides(t *testing.T) {
 	env := []string{"PATH=/bin", "SLACK_BOT_TOKEN=xoxb-1", "HOME=/h", "SLACK_BOT_TOKEN_X=kept", "A=b=c"}
-	got := agents.Environ(env, []string{"SLACK_BOT_TOKEN", "MISSING"})
+	got := process.Environ(env, []string{"SLACK_BOT_TOKEN", "MISSING"})
 	want := []string{"PATH=/bin", "HOME=/h", "SLACK_BOT_TOKEN_X=kept", "A=b=c"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("Environ = %q, want %q", got, want)
 	}
-	if got := agents.Environ(env, nil); !slices.Equal(got, env) {
+	if got := process.Environ(env, nil); !slices.Equal(got, env) {
 		t.Fatalf("Environ with nothing to hide = %q, want %q", got, env)
 	}
 }
@@ -44,7 +45,7 @@ func TestAgentDoesNotSeeHiddenSecrets(t *testing.T) {
 		{nil, "secret=[s3cret-value] plain=[plain-value]"},
 		{[]string{"RB_TEST_SECRET"}, "secret=[] plain=[plain-value]"},
 	} {
-		x := &agents.Exec{Command: []string{"/bin/sh", "-c", script}, Workdir: t.TempDir(), HideEnv: tc.hide}
+		x := &process.Runtime{Command: []string{"/bin/sh", "-c", script}, Workdir: t.TempDir(), HideEnv: tc.hide}
 		out, err := x.Run(context.Background(), agents.Turn{Agent: "coder"}, nopSink{})
 		if err != nil {
 			t.Fatalf("hide %q: %v", tc.hide, err)
