@@ -2,7 +2,10 @@ package process_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/roombridge/roombridge/agents"
@@ -53,5 +56,24 @@ func TestAgentDoesNotSeeHiddenSecrets(t *testing.T) {
 		if out.Final != tc.want {
 			t.Errorf("hide %q: final = %q, want %q", tc.hide, out.Final, tc.want)
 		}
+	}
+}
+
+// TestKinds: a Runtime without a Kind is an exec runtime, and speaks the
+// exec protocol (its answer is the answer, not a yield in disguise); an
+// unknown kind fails the turn without starting anything.
+func TestKinds(t *testing.T) {
+	script := `read turn; echo '{"type":"final","text":"done"}'`
+	out, err := (&process.Runtime{Command: []string{"/bin/sh", "-c", script}}).Run(context.Background(), agents.Turn{Agent: "coder"}, nopSink{})
+	if err != nil || out.Final != "done" || out.YieldIfWaiting {
+		t.Errorf("default kind: %+v, %v; want the exec protocol's final answer", out, err)
+	}
+	marker := filepath.Join(t.TempDir(), "started")
+	rt := &process.Runtime{Kind: "bogus", Command: []string{"/bin/sh", "-c", "touch " + marker}}
+	if _, err := rt.Run(context.Background(), agents.Turn{Agent: "coder"}, nopSink{}); err == nil || !strings.Contains(err.Error(), `unknown kind "bogus"`) {
+		t.Errorf("unknown kind: %v", err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("an unknown kind started its command")
 	}
 }
