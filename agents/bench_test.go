@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/agents/process"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
@@ -57,7 +58,7 @@ func (s *firstSink) Session(ctx context.Context, id string) error {
 func BenchmarkApprovedToStart(b *testing.B) {
 	e := newBenchEnv(b)
 	rt := &timed{run: map[string]time.Time{}, first: map[string]time.Time{},
-		inner: &agents.Exec{Command: []string{"/bin/sh", "-c",
+		inner: &process.Runtime{Command: []string{"/bin/sh", "-c",
 			`read turn; echo '{"type":"session","id":"s"}'; echo '{"type":"final","text":"ok"}'`}}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -19,7 +19,7 @@ import (
 // Call carries out an agent's tool call for request id. It is the one
 // dispatcher behind both transports of the agent tools: the exec
 // protocol's calls (through the turn's Sink) and the MCP tools
-// (delegation/mcptools, which map each tool to an Event: ask_agent,
+// (delegation/mcptools, which map each tool to a TurnEvent: ask_agent,
 // background_run, task_status, request_approval, ask_user, and
 // report_progress as EventProgress). So both offer the same tools, with the same checks,
 // refusals and audit records; a new tool is one more case here.
@@ -29,12 +29,12 @@ import (
 // when ctx ends, at the latest. Call has no idempotency key (MCP calls are
 // not repeated by a resumed turn: the CLI resumes its own session); the
 // exec protocol's calls get theirs from the turn's Sink (see CallKey).
-func (s *Scheduler) Call(ctx context.Context, id requests.ID, ev Event) Response {
+func (s *Scheduler) Call(ctx context.Context, id requests.ID, ev TurnEvent) Response {
 	return s.call(ctx, id, ev, CallKey{})
 }
 
 // call is Call with the call's idempotency key (zero: none).
-func (s *Scheduler) call(ctx context.Context, id requests.ID, ev Event, key CallKey) Response {
+func (s *Scheduler) call(ctx context.Context, id requests.ID, ev TurnEvent, key CallKey) Response {
 	switch ev.Type {
 	case EventRequestApproval:
 		if s.Approver == nil {
@@ -130,7 +130,7 @@ var _ asker = (*approvals.Service)(nil)
 // before or after the cut) rather than opening a second card. The journal
 // is written just after the ask opens; a repeat in between finds the ask
 // still pending, and approvals reuses a pending ask with the same text.
-func (s *Scheduler) askPeople(ctx context.Context, id requests.ID, ev Event, key CallKey) (approvals.Decision, error) {
+func (s *Scheduler) askPeople(ctx context.Context, id requests.ID, ev TurnEvent, key CallKey) (approvals.Decision, error) {
 	question := ev.Type == EventAskUser
 	o, ok := s.Approver.(asker)
 	if !ok || key.IsZero() {
@@ -219,7 +219,7 @@ const maxCallIDKey = 128
 
 // newCallKey returns the key of call ev of turn number turn of the request
 // whose store key is reqKey (zero if ev has no id).
-func newCallKey(reqKey string, turn int, resumed bool, ev Event) CallKey {
+func newCallKey(reqKey string, turn int, resumed bool, ev TurnEvent) CallKey {
 	if ev.ID == "" {
 		return CallKey{}
 	}
@@ -314,13 +314,13 @@ func (s *Scheduler) taskReader() TaskReader {
 }
 
 // refuse audits a call that was refused and returns its answer.
-func (s *Scheduler) refuse(ctx context.Context, id requests.ID, ev Event, resp Response) Response {
+func (s *Scheduler) refuse(ctx context.Context, id requests.ID, ev TurnEvent, resp Response) Response {
 	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
 		r, err := s.svc.GetTx(tx, id)
 		if err != nil {
 			return err
 		}
-		return refusedTx(tx, s.svc, r, ev.Type+": "+firstNonEmpty(resp.Error, resp.Text))
+		return refusedTx(tx, s.svc, r, ev.Type+": "+cmp.Or(resp.Error, resp.Text, "(no reason given)"))
 	})
 	if err != nil && ctx.Err() == nil {
 		s.log.WarnContext(ctx, "auditing a refused call", "request_id", id.String(), "error", err)
@@ -391,7 +391,7 @@ func (s *Scheduler) issueTools(ctx context.Context, log *slog.Logger, id request
 // is not an answer). Otherwise the text is its answer. Replies of people
 // that arrived during the turn do not make it wait: they are reported as
 // undelivered, as for any final answer.
-func (s *Scheduler) finalOrWait(ctx context.Context, r *requests.Request, final string, got []inboxItem) error {
+func (s *Scheduler) finalOrWait(ctx context.Context, r *requests.Request, final string, got []pendingInput) error {
 	waiting, err := s.waiting(ctx, r.ID)
 	if err != nil {
 		return s.end(ctx, r.ID, requests.Fail, "the turn ended, but what the request waits on could not be read: "+err.Error(), "", got)

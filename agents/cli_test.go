@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/agents/process"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/requests"
 )
@@ -72,7 +73,7 @@ const (
 func TestClaudeTurn(t *testing.T) {
 	e := newEnv(t)
 	f := newFakeCLI(t)
-	e.start(nil, agents.Agent{Name: "coder", Runtime: &agents.Claude{Command: demoCommand(), Env: f.env("claude/tools.jsonl")}})
+	e.start(nil, agents.Agent{Name: "coder", Runtime: &process.Runtime{Kind: process.Claude, Command: demoCommand(), Env: f.env("claude/tools.jsonl")}})
 	r := e.ask(alice, "coder", "do the parser tests pass?")
 	got := e.waitState(r.ID, requests.Done)
 	if got.Session != claudeToolsSession || !strings.HasPrefix(got.Result, "The parser tests pass") {
@@ -82,7 +83,7 @@ func TestClaudeTurn(t *testing.T) {
 	if len(argv) != 1 {
 		t.Fatalf("%d runs, want 1", len(argv))
 	}
-	want := []string{"-p", agents.Prompt(agents.Turn{RequestID: r.ID.String(),
+	want := []string{"-p", process.Prompt(agents.Turn{RequestID: r.ID.String(),
 		Input: []agents.Input{{Kind: agents.InputAsk, Text: "do the parser tests pass?", RequestID: r.ID.String()}}}),
 		"--output-format", "stream-json", "--verbose"}
 	if !slices.Equal(argv[0], want) {
@@ -100,12 +101,12 @@ func TestClaudeResume(t *testing.T) {
 	e := newEnv(t)
 	f := newFakeCLI(t)
 	gate := filepath.Join(t.TempDir(), "never")
-	e.start(nil, agents.Agent{Name: "coder", Runtime: &agents.Claude{Command: demoCommand(),
+	e.start(nil, agents.Agent{Name: "coder", Runtime: &process.Runtime{Kind: process.Claude, Command: demoCommand(),
 		Env: f.env("claude/tools.jsonl", "FAKE_CLI_GATE="+gate)}})
 	r := e.ask(alice, "coder", "run the tests")
 	e.waitFor(r.ID, "in its Bash tool", func(r *requests.Request) bool { return r.Activity == "Bash" })
 	e.stopScheduler() // SIGINT: the fake exits
-	e.start(nil, agents.Agent{Name: "coder", Runtime: &agents.Claude{Command: demoCommand(), Env: f.env("claude/resume.jsonl")}})
+	e.start(nil, agents.Agent{Name: "coder", Runtime: &process.Runtime{Kind: process.Claude, Command: demoCommand(), Env: f.env("claude/resume.jsonl")}})
 	got := e.waitState(r.ID, requests.Done)
 	argv := f.argvs()
 	if len(argv) != 2 || !slices.Contains(argv[1], "--resume="+claudeToolsSession) || slices.Contains(argv[0], "--resume="+claudeToolsSession) {
@@ -132,10 +133,10 @@ func TestCLICancel(t *testing.T) {
 		tool, ran     string
 	}{
 		{"claude", "claude/tools.jsonl", func(env []string) agents.Runtime {
-			return &agents.Claude{Command: demoCommand(), Env: env, Grace: 2 * time.Second}
+			return &process.Runtime{Kind: process.Claude, Command: demoCommand(), Env: env, Grace: 2 * time.Second}
 		}, "Bash", "ran Bash"},
 		{"codex", "codex/tools.jsonl", func(env []string) agents.Runtime {
-			return &agents.Codex{Command: demoCommand(), Env: env, Grace: 2 * time.Second}
+			return &process.Runtime{Kind: process.Codex, Command: demoCommand(), Env: env, Grace: 2 * time.Second}
 		}, "shell: bash -lc 'go test ./internal/parser/...'", "ran shell: bash -lc 'go test ./internal/parser/...'"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -172,10 +173,10 @@ func TestCLICancel(t *testing.T) {
 func TestCLIFailures(t *testing.T) {
 	e := newEnv(t)
 	claude := func(fixture string, extra ...string) agents.Runtime {
-		return &agents.Claude{Command: demoCommand(), Env: newFakeCLI(t).env(fixture, extra...)}
+		return &process.Runtime{Kind: process.Claude, Command: demoCommand(), Env: newFakeCLI(t).env(fixture, extra...)}
 	}
 	codex := func(fixture string, extra ...string) agents.Runtime {
-		return &agents.Codex{Command: demoCommand(), Env: newFakeCLI(t).env(fixture, extra...)}
+		return &process.Runtime{Kind: process.Codex, Command: demoCommand(), Env: newFakeCLI(t).env(fixture, extra...)}
 	}
 	cases := []struct {
 		rt     agents.Runtime
@@ -215,12 +216,12 @@ func TestCodexTurn(t *testing.T) {
 	e := newEnv(t)
 	f := newFakeCLI(t)
 	gate := filepath.Join(t.TempDir(), "never")
-	e.start(nil, agents.Agent{Name: "coder", Runtime: &agents.Codex{Command: append(demoCommand(), "--sandbox", "workspace-write"),
+	e.start(nil, agents.Agent{Name: "coder", Runtime: &process.Runtime{Kind: process.Codex, Command: append(demoCommand(), "--sandbox", "workspace-write"),
 		Env: f.env("codex/tools.jsonl", "FAKE_CLI_GATE="+gate)}})
 	r := e.ask(alice, "coder", "run the tests")
 	e.waitFor(r.ID, "in its first tool", func(r *requests.Request) bool { return strings.HasPrefix(r.Activity, "shell: ") })
 	e.stopScheduler()
-	e.start(nil, agents.Agent{Name: "coder", Runtime: &agents.Codex{Command: append(demoCommand(), "--sandbox", "workspace-write"),
+	e.start(nil, agents.Agent{Name: "coder", Runtime: &process.Runtime{Kind: process.Codex, Command: append(demoCommand(), "--sandbox", "workspace-write"),
 		Env: f.env("codex/simple.jsonl")}})
 	got := e.waitState(r.ID, requests.Done)
 	argv := f.argvs()

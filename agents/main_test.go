@@ -17,6 +17,7 @@ import (
 
 	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/agents/demo"
+	"github.com/roombridge/roombridge/agents/process"
 	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
@@ -186,8 +187,8 @@ func (e *env) open() {
 }
 
 // exec is an exec runtime running the demo agent, logging to the env's log.
-func (e *env) exec() *agents.Exec {
-	return &agents.Exec{Command: demoCommand(), Env: helper("demo", "DEMO_AGENT_LOG="+e.log),
+func (e *env) exec() *process.Runtime {
+	return &process.Runtime{Command: demoCommand(), Env: helper("demo", "DEMO_AGENT_LOG="+e.log),
 		Grace: 2 * time.Second, Workdir: e.t.TempDir()}
 }
 

@@ -1,9 +1,17 @@
 package agents
 
-// Messages of the exec protocol (docs/agent-protocol.md has an example of
-// each). The bridge writes one TurnMessage, then control messages (cancel)
-// and responses to the agent's calls, to the agent's stdin, one JSON object
-// per line; the agent writes Event lines to stdout.
+import "errors"
+
+// The vocabulary that runtimes and the agent tools over MCP share with the
+// scheduler: a turn's input, what an agent reports during a turn
+// (TurnEvent) and the answers to its calls (Response). The exec protocol
+// (package agents/process, docs/agent-protocol.md) carries them as JSON
+// lines: Input in the turn message, TurnEvent lines on stdout, Response
+// lines on stdin.
+
+// ErrProtocol: the agent broke its protocol (its output, or a report the
+// scheduler refuses).
+var ErrProtocol = errors.New("agent protocol error")
 
 // Input kinds of a turn.
 const (
@@ -35,40 +43,11 @@ type Input struct {
 	TaskID string `json:"task_id,omitempty"`
 }
 
-// Bridge → agent message types.
-const (
-	// MsgTurn starts a turn (the first line on stdin).
-	MsgTurn = "turn"
-	// MsgCancel asks the agent to stop at its next safe point.
-	MsgCancel = "cancel"
-	// MsgResponse answers a call (ask_agent, background_run, task_status,
-	// request_approval, ask_user) by its id.
-	MsgResponse = "response"
-)
-
-// TurnMessage starts a turn (bridge → agent, first line on stdin).
-type TurnMessage struct {
-	Type      string `json:"type"` // "turn"
-	RequestID string `json:"request_id"`
-	Agent     string `json:"agent"`
-	// Session is the session to continue ("" on a request's first turn).
-	Session string `json:"session,omitempty"`
-	// Resumed: the bridge restarted while this request ran; the turn
-	// continues it.
-	Resumed bool    `json:"resumed,omitempty"`
-	Input   []Input `json:"input"`
-}
-
-// ControlMessage is a bridge → agent line without a payload:
-// {"type":"cancel"}.
-type ControlMessage struct {
-	Type string `json:"type"`
-}
-
 // Response answers an agent's call (bridge → agent):
 // {"type":"response","id":"c1","ok":true,...}.
 type Response struct {
-	Type string `json:"type"` // "response"
+	// Type is "response" on the exec protocol's stdin (set by the runtime).
+	Type string `json:"type"`
 	// ID is the id of the call answered.
 	ID string `json:"id"`
 	// OK: the call succeeded (for request_approval: the action is
@@ -93,7 +72,7 @@ type Response struct {
 	From     string `json:"from,omitempty"`
 }
 
-// Event types (agent → bridge).
+// TurnEvent types (agent → bridge).
 const (
 	EventSession         = "session"          // {"type":"session","id":"..."}
 	EventTool            = "tool"             // {"type":"tool","phase":"start"|"end","name":"..."}
@@ -116,8 +95,10 @@ const (
 	PhaseEnd   = "end"
 )
 
-// Event is one line an agent writes. Which fields are set depends on Type.
-type Event struct {
+// TurnEvent is one thing an agent reports during a turn: a line of the exec
+// protocol, a line of a CLI's output decoded (agents/process), or a call
+// over MCP (delegation/mcptools). Which fields are set depends on Type.
+type TurnEvent struct {
 	Type string `json:"type"`
 	// ID is the session ID (session) or the call's ID (ask_agent,
 	// background_run, task_status, request_approval, ask_user), echoed in
@@ -138,16 +119,3 @@ type Event struct {
 	// TaskID is the task task_status asks about.
 	TaskID string `json:"task_id,omitempty"`
 }
-
-// The environment of an agent process whose turn has the agent tools over
-// MCP (Turn.MCPURL, Turn.MCPToken): exec agents get both, codex gets both
-// (it reads the token through bearer_token_env_var); claude gets the token
-// in its MCP config file instead.
-const (
-	EnvMCPURL   = "ROOMBRIDGE_MCP_URL"
-	EnvMCPToken = "ROOMBRIDGE_MCP_TOKEN"
-)
-
-// MCPServerName is the name of the bridge's MCP server in the CLIs' MCP
-// configuration: Claude Code calls its tools mcp__roombridge__<tool>.
-const MCPServerName = "roombridge"

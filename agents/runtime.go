@@ -1,8 +1,10 @@
-// Package agents runs agent turns: the turn-based Runtime interface and its
-// runtimes (exec: the bridge's JSON-lines protocol; claude: Claude Code in
-// print mode; codex: codex exec --json), and the scheduler that works through
-// each agent's requests one at a time, in ID order, with different agents in
-// parallel, cancels at safe points and resumes after a restart.
+// Package agents runs agent turns: the turn-based Runtime interface (and
+// the vocabulary runtimes share with the scheduler: Turn, Input, TurnEvent,
+// Response), the scheduler that works through each agent's requests one at
+// a time, in ID order, with different agents in parallel, cancels at safe
+// points and resumes after a restart, the input pending for each request's
+// next turn, and the journal of the agents' calls. The runtimes that run an
+// agent as a process (exec, claude, codex) are package agents/process.
 package agents
 
 import (
@@ -59,7 +61,7 @@ type Sink interface {
 	// Call carries out a call of the agent (ask_agent, background_run,
 	// task_status, request_approval; see Scheduler.Call) and returns the
 	// response to write back. It returns when ctx ends, at the latest.
-	Call(ctx context.Context, ev Event) Response
+	Call(ctx context.Context, ev TurnEvent) Response
 }
 
 // Outcome is how a turn ended.

@@ -124,11 +124,12 @@ const (
 type job struct {
 	kind  jobKind
 	r     *requests.Request
-	inbox []inboxItem
+	input []pendingInput
 	// turn is the number of the request's turn that a resume repeats.
 	turn int
 	// woken: the request has had a turn after its first, so its agent has
-	// had the ask (a resume then carries only the inbox, like the wake).
+	// had the ask (a resume then carries only the pending input, like the
+	// wake).
 	woken bool
 }
 
@@ -168,7 +169,8 @@ func (s *Scheduler) work(ctx context.Context, a Agent) {
 }
 
 // next reads what agent should do next: one index entry (NextTx), plus the
-// request's waiting marker and inbox. Nil: nothing to do until a wake.
+// request's waiting marker and pending input. Nil: nothing to do until a
+// wake.
 func (s *Scheduler) next(ctx context.Context, agent string) (*job, error) {
 	var j *job
 	err := s.svc.Store().View(ctx, func(tx store.Tx) error {
@@ -177,12 +179,12 @@ func (s *Scheduler) next(ctx context.Context, agent string) (*job, error) {
 		if err != nil || r == nil {
 			return err
 		}
-		in, err := inboxTx(tx, r)
+		in, err := pendingInputTx(tx, r)
 		if err != nil {
 			return err
 		}
 		if r.State == requests.Approved {
-			j = &job{kind: jobStart, r: r, inbox: in}
+			j = &job{kind: jobStart, r: r, input: in}
 			return nil
 		}
 		parked, err := parkedTx(tx, r)
@@ -194,14 +196,14 @@ func (s *Scheduler) next(ctx context.Context, agent string) (*job, error) {
 			if err != nil {
 				return err
 			}
-			j = &job{kind: jobResume, r: r, inbox: resumedInput(t, in), woken: woken}
+			j = &job{kind: jobResume, r: r, input: resumedInput(t, in), woken: woken}
 			if t != nil {
 				j.turn = t.Turn
 			}
 		case r.CancelRequested:
-			j = &job{kind: jobCancel, r: r, inbox: in}
+			j = &job{kind: jobCancel, r: r, input: in}
 		case len(in) > 0:
-			j = &job{kind: jobWake, r: r, inbox: in}
+			j = &job{kind: jobWake, r: r, input: in}
 		}
 		return nil
 	})
@@ -226,13 +228,13 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 				return err
 			}
 			num = 1
-			return putTurnTx(tx, r, num, j.inbox)
+			return putTurnTx(tx, r, num, j.input)
 		})
 	case jobResume:
 		if r.CancelRequested {
 			// Cancelled while the bridge was down: no process runs, so
-			// this is the safe point. No turn had the inbox (nil): end
-			// reports each item as undelivered.
+			// this is the safe point. No turn had the pending input (nil):
+			// end reports each item as undelivered.
 			log.InfoContext(ctx, "cancelled while interrupted")
 			return s.end(ctx, r.ID, requests.Cancel, "", r.Result, nil)
 		}
@@ -246,7 +248,7 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 			return err
 		})
 	case jobCancel:
-		// Between turns: no turn had the inbox (nil), so end reports
+		// Between turns: no turn had the pending input (nil), so end reports
 		// each item as undelivered rather than dropping it.
 		return s.end(ctx, r.ID, requests.Cancel, "", r.Result, nil)
 	case jobWake:
@@ -264,10 +266,10 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 			if t != nil {
 				num = max(t.Turn, 1) + 1
 			}
-			if err := putTurnTx(tx, r, num, j.inbox); err != nil {
+			if err := putTurnTx(tx, r, num, j.input); err != nil {
 				return err
 			}
-			r, err = s.svc.UpdateTx(tx, r.ID, actor, "wake", fmt.Sprintf("next turn with %d new input(s)", len(j.inbox)),
+			r, err = s.svc.UpdateTx(tx, r.ID, actor, "wake", fmt.Sprintf("next turn with %d new input(s)", len(j.input)),
 				func(r *requests.Request) { r.Activity = "" })
 			return err
 		})
@@ -281,11 +283,11 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 	}
 	failpoint.Hit(failpoint.TurnStarted) // the turn is recorded; its agent has not run
 	resumed := j.kind == jobResume
-	log.InfoContext(ctx, "turn starting", "turn", num, "resumed", resumed, "session", r.Session, "inputs", len(j.inbox))
+	log.InfoContext(ctx, "turn starting", "turn", num, "resumed", resumed, "session", r.Session, "inputs", len(j.input))
 
 	input, err := s.input(ctx, r, j)
 	if err != nil {
-		return s.end(ctx, r.ID, requests.Fail, err.Error(), "", j.inbox)
+		return s.end(ctx, r.ID, requests.Fail, err.Error(), "", j.input)
 	}
 	cancelCh, stopWatch := s.watchCancel(ctx, r)
 	defer stopWatch()
@@ -310,26 +312,26 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 	switch {
 	case err != nil:
 		log.WarnContext(ctx, "turn failed", "error", err)
-		return s.end(ctx, r.ID, requests.Fail, err.Error(), "", j.inbox)
+		return s.end(ctx, r.ID, requests.Fail, err.Error(), "", j.input)
 	case out.Stopped:
-		return s.end(ctx, r.ID, requests.Cancel, "", out.Final, j.inbox)
+		return s.end(ctx, r.ID, requests.Cancel, "", out.Final, j.input)
 	case out.Yielded:
-		return s.yield(ctx, r, out.Reason, j.inbox)
+		return s.yield(ctx, r, out.Reason, j.input)
 	case out.YieldIfWaiting:
-		return s.finalOrWait(ctx, r, out.Final, j.inbox)
+		return s.finalOrWait(ctx, r, out.Final, j.input)
 	default:
-		return s.end(ctx, r.ID, requests.Finish, "", out.Final, j.inbox)
+		return s.end(ctx, r.ID, requests.Finish, "", out.Final, j.input)
 	}
 }
 
 // yield parks a request whose agent ended its turn waiting, if it waits on
 // something: what the delegator knows of (an open rendezvous or task), or
-// input that arrived in its inbox after the turn began (a task that ended,
-// or an answer that came, during the very turn that started it: the next
-// turn gets it at once). Otherwise the request fails. The delegator is asked
+// input for it that arrived after the turn began (a task that ended, or an
+// answer that came, during the very turn that started it: the next turn
+// gets it at once). Otherwise the request fails. The delegator is asked
 // first: whatever ends after it answered "nothing" has already put its
-// result in the inbox, which the parking transaction then sees.
-func (s *Scheduler) yield(ctx context.Context, r *requests.Request, reason string, got []inboxItem) error {
+// result in the pending input, which the parking transaction then sees.
+func (s *Scheduler) yield(ctx context.Context, r *requests.Request, reason string, got []pendingInput) error {
 	waiting, err := s.waiting(ctx, r.ID)
 	if err != nil {
 		return s.end(ctx, r.ID, requests.Fail, "the agent yielded: "+err.Error(), "", got)
@@ -355,11 +357,11 @@ func (s *Scheduler) waiting(ctx context.Context, id requests.ID) (bool, error) {
 }
 
 // park parks request r, whose turn ended waiting, if it waits on
-// something: waiting (the delegator's word), or input that arrived in its
-// inbox after the turn began and that counts. text, when not empty, is
-// posted in the thread (a CLI agent's final answer that is not its answer),
+// something: waiting (the delegator's word), or input for it that arrived
+// after the turn began and that counts. text, when not empty, is posted in
+// the thread (a CLI agent's final answer that is not its answer),
 // in the same transaction. It reports whether it parked.
-func (s *Scheduler) park(ctx context.Context, r *requests.Request, waiting bool, reason, text string, got []inboxItem, counts func(Input) bool) (bool, error) {
+func (s *Scheduler) park(ctx context.Context, r *requests.Request, waiting bool, reason, text string, got []pendingInput, counts func(Input) bool) (bool, error) {
 	acked := map[string]bool{}
 	for _, it := range got {
 		acked[it.key] = true
@@ -368,7 +370,7 @@ func (s *Scheduler) park(ctx context.Context, r *requests.Request, waiting bool,
 	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
 		parked = waiting
 		if !parked {
-			items, err := inboxTx(tx, r)
+			items, err := pendingInputTx(tx, r)
 			if err != nil {
 				return err
 			}
@@ -386,7 +388,7 @@ func (s *Scheduler) park(ctx context.Context, r *requests.Request, waiting bool,
 			return err
 		}
 		for _, it := range got {
-			if err := tx.Delete(bucketInbox, it.key); err != nil {
+			if err := tx.Delete(bucketInput, it.key); err != nil {
 				return err
 			}
 		}
@@ -405,11 +407,11 @@ func (s *Scheduler) park(ctx context.Context, r *requests.Request, waiting bool,
 }
 
 // end applies the terminal event and, in the same transaction, acknowledges
-// the inbox items the turn got; items that arrived too late are recorded as
-// undelivered (audit and a notice in the thread), never silently dropped. A
+// the pending input items the turn got; items that arrived too late are
+// recorded as undelivered (audit and a notice in the thread), never silently dropped. A
 // cancel keeps the reason recorded when it was asked; a stop that nobody
 // asked for is a failure.
-func (s *Scheduler) end(ctx context.Context, id requests.ID, ev requests.Event, reason, result string, got []inboxItem) error {
+func (s *Scheduler) end(ctx context.Context, id requests.ID, ev requests.Event, reason, result string, got []pendingInput) error {
 	acked := map[string]bool{}
 	for _, it := range got {
 		acked[it.key] = true
@@ -451,12 +453,12 @@ func (s *Scheduler) end(ctx context.Context, id requests.ID, ev requests.Event, 
 		if err := forgetCallsTx(tx, r); err != nil {
 			return err
 		}
-		items, err := inboxTx(tx, r)
+		items, err := pendingInputTx(tx, r)
 		if err != nil {
 			return err
 		}
 		for _, it := range items {
-			if err := tx.Delete(bucketInbox, it.key); err != nil {
+			if err := tx.Delete(bucketInput, it.key); err != nil {
 				return err
 			}
 			if acked[it.key] {
@@ -505,7 +507,7 @@ func (s *Scheduler) input(ctx context.Context, r *requests.Request, j *job) ([]I
 			return nil, err
 		}
 	}
-	for _, it := range j.inbox {
+	for _, it := range j.input {
 		in = append(in, it.in)
 	}
 	return in, nil
@@ -603,7 +605,7 @@ func (k *sink) Message(ctx context.Context, text string) error {
 // idempotency key (CallKey: the request, the turn's number, the call's id).
 // If the request's cancel was asked meanwhile, the answer waits until the
 // turn knows of the cancel, so that the agent hears of the cancel first.
-func (k *sink) Call(ctx context.Context, ev Event) Response {
+func (k *sink) Call(ctx context.Context, ev TurnEvent) Response {
 	resp := k.s.call(ctx, k.id, ev, newCallKey(k.key, k.turn, k.resumed, ev))
 	if r, err := k.s.svc.Get(ctx, k.id); err == nil && r.CancelRequested {
 		select {

@@ -526,8 +526,8 @@ func TestCancelWhileDown(t *testing.T) {
 }
 
 // quickTasks is a delegator whose background tasks end at once: each
-// result is in the request's inbox before the turn that started it yields,
-// and nothing is left open to wait on.
+// result is in the request's pending input before the turn that started it
+// yields, and nothing is left open to wait on.
 type quickTasks struct {
 	delegator
 }
@@ -558,7 +558,7 @@ func TestYieldSeesInputOfItsTurn(t *testing.T) {
 	if !e.hasAudit(r.ID, "yield", "on quick") || !e.hasAudit(r.ID, "wake", "1 new input") {
 		t.Errorf("audit:\n%s", e.auditText(r.ID))
 	}
-	// Without anything new in the inbox, a yield still waits on nothing.
+	// Without anything new in the pending input, a yield still waits on nothing.
 	r2 := e.ask(alice, "coder", "yield on air")
 	if got := e.waitState(r2.ID, requests.Failed); !strings.Contains(got.Reason, "waits on nothing") {
 		t.Errorf("reason %q", got.Reason)

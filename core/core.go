@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/agents/process"
 	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
@@ -365,13 +366,9 @@ func runtimeFor(cfg *config.Config, name string, a config.Agent) (agents.Runtime
 	if workdir == "" {
 		workdir = filepath.Join(cfg.DataDir, "work", name)
 	}
-	switch a.Kind {
-	case "exec":
-		return &agents.Exec{Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout, HideEnv: cfg.SecretEnv}, nil
-	case "claude":
-		return &agents.Claude{Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout, HideEnv: cfg.SecretEnv}, nil
-	case "codex":
-		return &agents.Codex{Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout, HideEnv: cfg.SecretEnv}, nil
+	switch k := process.Kind(a.Kind); k {
+	case process.Exec, process.Claude, process.Codex:
+		return &process.Runtime{Kind: k, Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout, HideEnv: cfg.SecretEnv}, nil
 	}
 	return nil, fmt.Errorf("agents.%s.kind: unknown kind %q (want exec, claude or codex)", name, a.Kind)
 }

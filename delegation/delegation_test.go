@@ -15,6 +15,7 @@ import (
 
 	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/agents/demo"
+	"github.com/roombridge/roombridge/agents/process"
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
@@ -113,8 +114,8 @@ func (e *env) setBridge(b *coretest.Bridge) {
 }
 
 // demo is the demo agent: this test binary, logging to e.log.
-func (e *env) demo() *agents.Exec {
-	return &agents.Exec{Command: []string{os.Args[0]}, Env: []string{helperEnv + "=demo",
+func (e *env) demo() *process.Runtime {
+	return &process.Runtime{Command: []string{os.Args[0]}, Env: []string{helperEnv + "=demo",
 		"GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"), "DEMO_AGENT_LOG=" + e.log},
 		Grace: 2 * time.Second, Workdir: e.t.TempDir()}
 }

@@ -90,7 +90,7 @@ type cutSink struct {
 	c *cutAfter
 }
 
-func (k *cutSink) Call(ctx context.Context, ev agents.Event) agents.Response {
+func (k *cutSink) Call(ctx context.Context, ev agents.TurnEvent) agents.Response {
 	resp := k.Sink.Call(ctx, ev)
 	if ev.Type == k.c.call {
 		k.c.once.Do(func() { close(k.c.done) })

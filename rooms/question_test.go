@@ -16,6 +16,7 @@ import (
 
 	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/agents/demo"
+	"github.com/roombridge/roombridge/agents/process"
 	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
@@ -99,8 +100,8 @@ func newQEnv(t *testing.T) *qenv {
 	e := &qenv{t: t, ctx: ctx, db: db, clk: clk, svc: svc, appr: appr, router: router, sweep: sw,
 		out: &syncBuffer{}, log: filepath.Join(dir, "demo.log")}
 	e.api = httptest.NewServer(httpapi.New(httpapi.Options{Service: svc, Router: router, Token: apiTok, Log: log}))
-	rt := func() *agents.Exec {
-		return &agents.Exec{Command: []string{os.Args[0]}, Env: []string{helperEnv + "=demo",
+	rt := func() *process.Runtime {
+		return &process.Runtime{Command: []string{os.Args[0]}, Env: []string{helperEnv + "=demo",
 			"GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"), "DEMO_AGENT_LOG=" + e.log},
 			Grace: 2 * time.Second, Workdir: t.TempDir()}
 	}

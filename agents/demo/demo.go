@@ -48,6 +48,7 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/agents/process"
 )
 
 // awaitLimit bounds an await directive, so a broken test never leaves an
@@ -62,8 +63,8 @@ func Main(stdin io.Reader, stdout io.Writer) int {
 		fmt.Fprintln(os.Stderr, "demo-agent: no turn on stdin")
 		return 2
 	}
-	var turn agents.TurnMessage
-	if err := json.Unmarshal(line, &turn); err != nil || turn.Type != agents.MsgTurn {
+	var turn process.TurnMessage
+	if err := json.Unmarshal(line, &turn); err != nil || turn.Type != process.MsgTurn {
 		fmt.Fprintf(os.Stderr, "demo-agent: bad turn: %v\n", err)
 		return 2
 	}
@@ -78,7 +79,7 @@ type agent struct {
 	mu      sync.Mutex
 	out     *json.Encoder
 	raw     io.Writer
-	turn    agents.TurnMessage
+	turn    process.TurnMessage
 	cancel  chan struct{}
 	eof     chan struct{} // stdin ended: no response will come
 	once    sync.Once
@@ -97,10 +98,10 @@ func (a *agent) readControl(in *bufio.Reader) {
 			continue
 		}
 		switch m.Type {
-		case agents.MsgCancel:
+		case process.MsgCancel:
 			a.logf("cancel received %s", a.turn.RequestID)
 			a.once.Do(func() { close(a.cancel) })
-		case agents.MsgResponse:
+		case process.MsgResponse:
 			a.mu.Lock()
 			ch := a.waiting[m.ID]
 			delete(a.waiting, m.ID)
@@ -112,7 +113,7 @@ func (a *agent) readControl(in *bufio.Reader) {
 	}
 }
 
-func (a *agent) emit(ev agents.Event) {
+func (a *agent) emit(ev agents.TurnEvent) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	_ = a.out.Encode(ev)
@@ -123,7 +124,7 @@ func (a *agent) emit(ev agents.Event) {
 // out the same ask again and so repeats the cut turn's calls with the same
 // ids, which the bridge answers as the first time (a call id is stable
 // across a resumed turn: docs/agent-protocol.md §1.5).
-func (a *agent) call(ev agents.Event) (agents.Response, bool) {
+func (a *agent) call(ev agents.TurnEvent) (agents.Response, bool) {
 	ch := make(chan agents.Response, 1)
 	a.mu.Lock()
 	a.calls++
@@ -191,7 +192,7 @@ func (a *agent) cancelled() bool {
 // stop answers a cancel at a safe point.
 func (a *agent) stop() int {
 	a.logf("stopped %s", a.turn.RequestID)
-	a.emit(agents.Event{Type: agents.EventStopped, Text: strings.Join(a.done, "; ")})
+	a.emit(agents.TurnEvent{Type: agents.EventStopped, Text: strings.Join(a.done, "; ")})
 	return 0
 }
 
@@ -199,7 +200,7 @@ func (a *agent) run() int {
 	session := a.turn.Session
 	if session == "" {
 		session = fmt.Sprintf("demo-%s-%d", a.turn.RequestID, time.Now().UnixNano()%1e6)
-		a.emit(agents.Event{Type: agents.EventSession, ID: session})
+		a.emit(agents.TurnEvent{Type: agents.EventSession, ID: session})
 	} else {
 		a.logf("resumed session %s for %s", session, a.turn.RequestID)
 	}
@@ -221,7 +222,7 @@ func (a *agent) run() int {
 		}
 	}
 	if !hasAsk {
-		a.emit(agents.Event{Type: agents.EventFinal, Text: "got " + strings.Join(other, "; ")})
+		a.emit(agents.TurnEvent{Type: agents.EventFinal, Text: "got " + strings.Join(other, "; ")})
 		a.logf("final %s", a.turn.RequestID)
 		return 0
 	}
@@ -237,17 +238,17 @@ func (a *agent) run() int {
 		case "echo":
 			final = arg
 		case "say":
-			a.emit(agents.Event{Type: agents.EventMessage, Text: arg})
+			a.emit(agents.TurnEvent{Type: agents.EventMessage, Text: arg})
 			a.done = append(a.done, "said "+arg)
 		case "progress":
 			n, text, _ := strings.Cut(arg, " ")
 			p, _ := strconv.Atoi(n)
-			a.emit(agents.Event{Type: agents.EventProgress, Percent: p, Text: text})
+			a.emit(agents.TurnEvent{Type: agents.EventProgress, Percent: p, Text: text})
 		case "tool":
 			name, dur, _ := strings.Cut(arg, " ")
 			dur = strings.TrimSpace(dur)
 			a.logf("tool start %s %s", a.turn.RequestID, name)
-			a.emit(agents.Event{Type: agents.EventTool, Phase: agents.PhaseStart, Name: name})
+			a.emit(agents.TurnEvent{Type: agents.EventTool, Phase: agents.PhaseStart, Name: name})
 			// The tool's work (a cancel does not cut it): a duration, or
 			// until a file exists.
 			if d, err := time.ParseDuration(dur); err == nil {
@@ -255,7 +256,7 @@ func (a *agent) run() int {
 			} else {
 				a.await(dur)
 			}
-			a.emit(agents.Event{Type: agents.EventTool, Phase: agents.PhaseEnd, Name: name})
+			a.emit(agents.TurnEvent{Type: agents.EventTool, Phase: agents.PhaseEnd, Name: name})
 			a.logf("tool end %s %s", a.turn.RequestID, name)
 			a.done = append(a.done, "ran "+name)
 		case "sleep":
@@ -265,7 +266,7 @@ func (a *agent) run() int {
 			case <-a.cancel:
 			}
 		case "approve":
-			r, ok := a.call(agents.Event{Type: agents.EventRequestApproval, Action: arg})
+			r, ok := a.call(agents.TurnEvent{Type: agents.EventRequestApproval, Action: arg})
 			if !ok {
 				return a.stop()
 			}
@@ -273,48 +274,48 @@ func (a *agent) run() int {
 			if answer == "" {
 				answer = "not approved: " + r.Error
 			}
-			a.emit(agents.Event{Type: agents.EventMessage, Text: "approval: " + answer})
+			a.emit(agents.TurnEvent{Type: agents.EventMessage, Text: "approval: " + answer})
 			a.done = append(a.done, "asked to "+arg+": "+answer)
 		case "question":
-			r, ok := a.call(agents.Event{Type: agents.EventAskUser, Text: arg})
+			r, ok := a.call(agents.TurnEvent{Type: agents.EventAskUser, Text: arg})
 			if !ok {
 				return a.stop()
 			}
 			final = "answer: " + firstNonEmpty(r.Text, "no answer: "+r.Error)
-			a.emit(agents.Event{Type: agents.EventMessage, Text: final})
+			a.emit(agents.TurnEvent{Type: agents.EventMessage, Text: final})
 			a.done = append(a.done, "asked "+arg+": "+final)
 		case "ask":
 			who, text, _ := strings.Cut(arg, " ")
 			text = strings.ReplaceAll(text, "|", ";")
-			r, ok := a.call(agents.Event{Type: agents.EventAskAgent, Agent: who, Text: text})
+			r, ok := a.call(agents.TurnEvent{Type: agents.EventAskAgent, Agent: who, Text: text})
 			if !ok {
 				return a.stop()
 			}
 			if r.OK {
-				a.emit(agents.Event{Type: agents.EventYield, Reason: "waiting on " + r.RequestID})
+				a.emit(agents.TurnEvent{Type: agents.EventYield, Reason: "waiting on " + r.RequestID})
 				a.logf("yield %s", a.turn.RequestID)
 				return 0
 			}
-			a.emit(agents.Event{Type: agents.EventMessage, Text: "ask_agent failed: " + r.Error})
+			a.emit(agents.TurnEvent{Type: agents.EventMessage, Text: "ask_agent failed: " + r.Error})
 		case "background":
 			name, cmd, _ := strings.Cut(arg, " ")
-			r, ok := a.call(agents.Event{Type: agents.EventBackgroundRun, Name: name, Command: strings.Fields(cmd)})
+			r, ok := a.call(agents.TurnEvent{Type: agents.EventBackgroundRun, Name: name, Command: strings.Fields(cmd)})
 			if !ok {
 				return a.stop()
 			}
 			if r.OK {
-				a.emit(agents.Event{Type: agents.EventMessage, Text: "started task " + r.TaskID})
+				a.emit(agents.TurnEvent{Type: agents.EventMessage, Text: "started task " + r.TaskID})
 			} else {
-				a.emit(agents.Event{Type: agents.EventMessage, Text: "background_run failed: " + r.Error})
+				a.emit(agents.TurnEvent{Type: agents.EventMessage, Text: "background_run failed: " + r.Error})
 			}
 		case "yield":
-			a.emit(agents.Event{Type: agents.EventYield, Reason: arg})
+			a.emit(agents.TurnEvent{Type: agents.EventYield, Reason: arg})
 			a.logf("yield %s", a.turn.RequestID)
 			return 0
 		case "fail":
 			// stderr first: the bridge stops the agent as soon as it reads the error.
 			fmt.Fprintln(os.Stderr, "demo-agent: failing:", arg)
-			a.emit(agents.Event{Type: agents.EventError, Message: arg})
+			a.emit(agents.TurnEvent{Type: agents.EventError, Message: arg})
 			return 1
 		case "exit":
 			n, _ := strconv.Atoi(arg)
@@ -350,7 +351,7 @@ func (a *agent) run() int {
 	if len(refs) > 0 {
 		final += "\nreferences: " + strings.Join(refs, "; ")
 	}
-	a.emit(agents.Event{Type: agents.EventFinal, Text: final})
+	a.emit(agents.TurnEvent{Type: agents.EventFinal, Text: final})
 	a.logf("final %s", a.turn.RequestID)
 	if linger > 0 {
 		time.Sleep(linger)

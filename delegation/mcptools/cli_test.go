@@ -20,6 +20,7 @@ import (
 
 	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/agents/demo"
+	"github.com/roombridge/roombridge/agents/process"
 	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/delegation"
@@ -137,8 +138,8 @@ func fakeAgent(mode string) error {
 		}
 		prompt = rec.Argv[len(rec.Argv)-1]
 	case "fake-exec":
-		rec.URL, rec.Token = os.Getenv(agents.EnvMCPURL), os.Getenv(agents.EnvMCPToken)
-		var turn agents.TurnMessage
+		rec.URL, rec.Token = os.Getenv(process.EnvMCPURL), os.Getenv(process.EnvMCPToken)
+		var turn process.TurnMessage
 		line, err := bufio.NewReader(os.Stdin).ReadBytes('\n')
 		if err != nil {
 			return err
@@ -189,9 +190,9 @@ func fakeAgent(mode string) error {
 		b, _ := json.Marshal(map[string]any{"type": "item.completed", "item": map[string]any{"id": "item_0", "type": "agent_message", "text": answer}})
 		fmt.Printf("%s\n{\"type\":\"turn.completed\",\"usage\":{}}\n", b)
 	case "fake-exec":
-		ev := agents.Event{Type: agents.EventFinal, Text: answer}
+		ev := agents.TurnEvent{Type: agents.EventFinal, Text: answer}
 		if yield {
-			ev = agents.Event{Type: agents.EventYield, Reason: answer}
+			ev = agents.TurnEvent{Type: agents.EventYield, Reason: answer}
 		}
 		b, _ := json.Marshal(ev)
 		fmt.Printf("%s\n", b)
@@ -253,11 +254,11 @@ func fakeRuntime(t *testing.T, kind, script, record string, extra ...string) age
 	cmd, dir := []string{os.Args[0]}, t.TempDir()
 	switch kind {
 	case "claude":
-		return &agents.Claude{Command: cmd, Env: env, Workdir: dir, Grace: time.Second}
+		return &process.Runtime{Kind: process.Claude, Command: cmd, Env: env, Workdir: dir, Grace: time.Second}
 	case "codex":
-		return &agents.Codex{Command: cmd, Env: env, Workdir: dir, Grace: time.Second}
+		return &process.Runtime{Kind: process.Codex, Command: cmd, Env: env, Workdir: dir, Grace: time.Second}
 	}
-	return &agents.Exec{Command: cmd, Env: env, Workdir: dir, Grace: time.Second}
+	return &process.Runtime{Command: cmd, Env: env, Workdir: dir, Grace: time.Second}
 }
 
 // waitFor waits until cond holds for request id, re-checking on every
@@ -322,7 +323,7 @@ func TestCLIAgentDelegatesOverMCP(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			record := filepath.Join(t.TempDir(), "record")
 			gate := filepath.Join(t.TempDir(), "gate")
-			reviewer := &agents.Exec{Command: []string{os.Args[0]}, Env: helper("demo"), Workdir: t.TempDir(), Grace: time.Second}
+			reviewer := &process.Runtime{Command: []string{os.Args[0]}, Env: helper("demo"), Workdir: t.TempDir(), Grace: time.Second}
 			e := newEnv(t, agents.Agent{Name: "coder", Runtime: fakeRuntime(t, kind, "ask", record, "FAKE_ASK=tool review "+gate+"; echo looks good")},
 				agents.Agent{Name: "reviewer", Runtime: reviewer})
 			e.start()

@@ -6,7 +6,7 @@
 // Bearer <token>) issued by Server.Issue for one request; each tool call
 // acts on the request its token is bound to, and on no other.
 //
-// The tools are a transport only: each call is mapped to an agents.Event
+// The tools are a transport only: each call is mapped to an agents.TurnEvent
 // and carried out by the scheduler's dispatcher (agents.Scheduler.Call),
 // the one that serves the exec protocol's calls too, so both transports
 // offer the same tools with the same checks, refusals and audit records.
@@ -44,7 +44,7 @@ const BucketTokens = "mcp_tokens"
 // the exec protocol uses too. *agents.Scheduler implements it (it need not
 // be running: only the leader runs turns, but any instance may serve /mcp).
 type Caller interface {
-	Call(ctx context.Context, id requests.ID, ev agents.Event) agents.Response
+	Call(ctx context.Context, id requests.ID, ev agents.TurnEvent) agents.Response
 }
 
 var _ Caller = (*agents.Scheduler)(nil)
@@ -298,7 +298,7 @@ type ApprovalPromptAnswer struct {
 const maxAction = 1000
 
 // call carries out ev for the request the call's token is bound to.
-func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, ev agents.Event) (agents.Response, error) {
+func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, ev agents.TurnEvent) (agents.Response, error) {
 	id, err := s.caller(ctx, req)
 	if err != nil {
 		return agents.Response{}, err
@@ -307,7 +307,7 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, ev agents.E
 }
 
 // do is call for the tools whose failed call is a tool error.
-func (s *Server) do(ctx context.Context, req *mcp.CallToolRequest, ev agents.Event) (agents.Response, error) {
+func (s *Server) do(ctx context.Context, req *mcp.CallToolRequest, ev agents.TurnEvent) (agents.Response, error) {
 	resp, err := s.call(ctx, req, ev)
 	if err == nil && resp.Error != "" {
 		err = errors.New(resp.Error)
@@ -318,17 +318,17 @@ func (s *Server) do(ctx context.Context, req *mcp.CallToolRequest, ev agents.Eve
 func (s *Server) addTools() {
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "ask_agent", Description: "Ask another agent of the room; its answer comes back in a later turn. End your turn after asking."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in AskAgentIn) (*mcp.CallToolResult, AskAgentOut, error) {
-			resp, err := s.do(ctx, req, agents.Event{Type: agents.EventAskAgent, Agent: in.Agent, Text: in.Text})
+			resp, err := s.do(ctx, req, agents.TurnEvent{Type: agents.EventAskAgent, Agent: in.Agent, Text: in.Text})
 			return nil, AskAgentOut{RequestID: resp.RequestID}, err
 		})
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "background_run", Description: "Start a background command; returns a task ID at once. Its result wakes you in a later turn: end your turn when you have nothing else to do."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in BackgroundRunIn) (*mcp.CallToolResult, BackgroundRunOut, error) {
-			resp, err := s.do(ctx, req, agents.Event{Type: agents.EventBackgroundRun, Name: in.Name, Command: in.Command})
+			resp, err := s.do(ctx, req, agents.TurnEvent{Type: agents.EventBackgroundRun, Name: in.Name, Command: in.Command})
 			return nil, BackgroundRunOut{TaskID: resp.TaskID}, err
 		})
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "task_status", Description: "The state of a background task started by this request."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in TaskStatusIn) (*mcp.CallToolResult, TaskStatusOut, error) {
-			resp, err := s.do(ctx, req, agents.Event{Type: agents.EventTaskStatus, TaskID: in.TaskID})
+			resp, err := s.do(ctx, req, agents.TurnEvent{Type: agents.EventTaskStatus, TaskID: in.TaskID})
 			if err != nil || resp.Task == nil {
 				return nil, TaskStatusOut{}, err
 			}
@@ -338,23 +338,23 @@ func (s *Server) addTools() {
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "request_approval", Description: "Ask the people of the room to approve an action; blocks until they decide or the approval expires."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in RequestApprovalIn) (*mcp.CallToolResult, RequestApprovalOut, error) {
 			// Not approved, for whatever reason, is an answer, not an error.
-			resp, err := s.call(ctx, req, agents.Event{Type: agents.EventRequestApproval, Action: in.Action})
+			resp, err := s.call(ctx, req, agents.TurnEvent{Type: agents.EventRequestApproval, Action: in.Action})
 			return nil, RequestApprovalOut{Approved: resp.OK, Answer: resp.Text, Approval: resp.Approval}, err
 		})
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "ask_user", Description: "Ask the people of the room a question; it is shown in the request's thread (and in the thread of the conversation that delegated the work) and blocks until someone answers or it expires."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in AskUserIn) (*mcp.CallToolResult, AskUserOut, error) {
 			// No answer (expired, withdrawn) is an answer, not an error.
-			resp, err := s.call(ctx, req, agents.Event{Type: agents.EventAskUser, Text: in.Text})
+			resp, err := s.call(ctx, req, agents.TurnEvent{Type: agents.EventAskUser, Text: in.Text})
 			return nil, AskUserOut{Answered: resp.OK, Answer: resp.Text, Question: resp.Question, From: resp.From}, err
 		})
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "report_progress", Description: "Report progress (0-100) and what you are doing; shown in the request's thread status."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in ReportProgressIn) (*mcp.CallToolResult, ReportProgressOut, error) {
-			resp, err := s.do(ctx, req, agents.Event{Type: agents.EventProgress, Percent: in.Percent, Text: in.Text})
+			resp, err := s.do(ctx, req, agents.TurnEvent{Type: agents.EventProgress, Percent: in.Percent, Text: in.Text})
 			return nil, ReportProgressOut{OK: resp.OK}, err
 		})
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "approval_prompt", Description: "Claude Code's permission prompt (--permission-prompt-tool): asks the people of the room, as request_approval does."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in ApprovalPromptIn) (*mcp.CallToolResult, any, error) {
-			resp, err := s.call(ctx, req, agents.Event{Type: agents.EventRequestApproval, Action: promptAction(in)})
+			resp, err := s.call(ctx, req, agents.TurnEvent{Type: agents.EventRequestApproval, Action: promptAction(in)})
 			if err != nil {
 				return nil, nil, err
 			}

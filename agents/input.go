@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/requests"
@@ -15,11 +16,12 @@ import (
 
 // Buckets of this package.
 const (
-	// bucketInbox holds input for a request's next turn:
+	// bucketInput holds the pending input of a request's next turn (the
+	// name "agent_inbox" is what the store has always called it):
 	// <owner>/<request key>/<seq> → Input. Items are acknowledged (deleted)
 	// in the transaction that ends the turn that got them, so a turn cut
 	// short by a restart gets them again.
-	bucketInbox = "agent_inbox"
+	bucketInput = "agent_inbox"
 	// bucketParked marks running requests whose agent yielded, waiting on a
 	// delegation or task: <owner>/<request key> → reason.
 	bucketParked = "agent_parked"
@@ -59,11 +61,11 @@ func DeliverTx(tx store.Tx, svc *requests.Service, id requests.ID, in Input) err
 	if r.State.Terminal() {
 		return fmt.Errorf("%w: %s is %s", ErrEnded, r.ID, r.State)
 	}
-	n, err := store.NextSeq(tx, bucketInbox+"/"+requestKey(r))
+	n, err := store.NextSeq(tx, bucketInput+"/"+requestKey(r))
 	if err != nil {
 		return err
 	}
-	if err := store.PutJSON(tx, bucketInbox, fmt.Sprintf("%s/%010d", requestKey(r), n), in); err != nil {
+	if err := store.PutJSON(tx, bucketInput, fmt.Sprintf("%s/%010d", requestKey(r), n), in); err != nil {
 		return err
 	}
 	tx.Notify(requests.TopicAgent(r.Agent))
@@ -111,22 +113,23 @@ func ReplyEvent(ctx context.Context, svc *requests.Service, id requests.ID, user
 	return delivered, nil
 }
 
-// inboxItem is a queued input and its key.
-type inboxItem struct {
+// pendingInput is an input queued for a request's next turn, and its key.
+type pendingInput struct {
 	key string
 	in  Input
 }
 
-// inboxTx returns request r's queued input in order.
-func inboxTx(tx store.Tx, r *requests.Request) ([]inboxItem, error) {
-	var out []inboxItem
+// pendingInputTx returns the input queued for request r's next turn, in
+// order.
+func pendingInputTx(tx store.Tx, r *requests.Request) ([]pendingInput, error) {
+	var out []pendingInput
 	p := requestKey(r) + "/"
-	err := tx.Scan(bucketInbox, p, store.PrefixEnd(p), func(k string, _ []byte) error {
+	err := tx.Scan(bucketInput, p, store.PrefixEnd(p), func(k string, _ []byte) error {
 		var in Input
-		if err := store.GetJSON(tx, bucketInbox, k, &in); err != nil {
+		if err := store.GetJSON(tx, bucketInput, k, &in); err != nil {
 			return err
 		}
-		out = append(out, inboxItem{key: k, in: in})
+		out = append(out, pendingInput{key: k, in: in})
 		return nil
 	})
 	return out, err
@@ -139,8 +142,8 @@ type turnRecord struct {
 	// Past 1, the agent has had the ask, so a turn that a restart cut is
 	// resumed without it. Calls are journaled by turn (bucketCalls).
 	Turn int `json:"turn"`
-	// Upto is the inbox key of the last item the turn got ("": none). A
-	// resumed turn gets the delegated results (answers, task results) the
+	// Upto is the key of the last pending input item the turn got ("":
+	// none). A resumed turn gets the delegated results (answers, task results) the
 	// cut turn got, and no later one: those arrived during the turn, as for
 	// a turn no restart cut, and go to the next turn (or are reported
 	// undelivered if there is none). An agent that repeats its calls then
@@ -170,9 +173,9 @@ func turnTx(tx store.Tx, r *requests.Request) (*turnRecord, bool, error) {
 	return t, err == nil, err
 }
 
-// putTurnTx records turn number n of running request r, which got inbox
-// items got.
-func putTurnTx(tx store.Tx, r *requests.Request, n int, got []inboxItem) error {
+// putTurnTx records turn number n of running request r, which got pending
+// input got.
+func putTurnTx(tx store.Tx, r *requests.Request, n int, got []pendingInput) error {
 	t := turnRecord{Turn: n}
 	if len(got) > 0 {
 		t.Upto = got[len(got)-1].key
@@ -180,14 +183,14 @@ func putTurnTx(tx store.Tx, r *requests.Request, n int, got []inboxItem) error {
 	return store.PutJSON(tx, bucketTurns, requestKey(r), t)
 }
 
-// resumedInput is the inbox that the resumed turn of request turn t gets:
-// in, less the delegated results that came after those the cut turn got
+// resumedInput is the pending input that the resumed turn of request turn
+// t gets: in, less the delegated results that came after those the cut turn got
 // (see turnRecord.Upto). Without a record (nil) it is all of in.
-func resumedInput(t *turnRecord, in []inboxItem) []inboxItem {
+func resumedInput(t *turnRecord, in []pendingInput) []pendingInput {
 	if t == nil {
 		return in
 	}
-	return slices.DeleteFunc(in, func(it inboxItem) bool { return delegatedResult(it.in) && it.key > t.Upto })
+	return slices.DeleteFunc(in, func(it pendingInput) bool { return delegatedResult(it.in) && it.key > t.Upto })
 }
 
 // parkedTx reports whether running request r waits (its agent yielded).
@@ -197,4 +200,17 @@ func parkedTx(tx store.Tx, r *requests.Request) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// trimLine cuts s to its first line and at most n bytes, at a character
+// boundary.
+func trimLine(s string, n int) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > n {
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		s = s[:n] + "…"
+	}
+	return s
 }

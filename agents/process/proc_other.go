@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package agents
+package process
 
 import "syscall"
 

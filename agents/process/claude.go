@@ -1,49 +1,16 @@
-package agents
+package process
 
 import (
-	"context"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
-)
 
-// Claude runs Claude Code in print mode with streaming JSON output, one
-// process per turn:
-//
-//	claude -p PROMPT --output-format stream-json --verbose [--resume=SESSION] [extra flags]
-//
-// The session ID comes from the init event (and is replaced by a later
-// event's if it differs); tool_use blocks start tools and tool_result blocks
-// end them (the safe points); the result event is the final answer or the
-// failure. Stdin is /dev/null; a cancel is SIGINT at the next safe point,
-// then SIGTERM and SIGKILL.
-//
-// A turn with MCP access (Turn.MCPURL) gets the bridge's agent tools: the
-// URL and the turn's token go in an MCP config file (mode 0600, in a
-// private temporary directory removed when the turn ends; the token is
-// never in argv), passed with --mcp-config. Unless the configured command
-// sets them itself, --permission-prompt-tool mcp__roombridge__approval_prompt
-// turns Claude Code's permission prompts into approvals of the room, and
-// --allowedTools mcp__roombridge lets it call the bridge's tools without
-// asking. A command that sets --allowedTools keeps its own list: add
-// mcp__roombridge to it, or each tool call becomes an approval.
-type Claude struct {
-	// Command is the CLI (default "claude") and extra flags after it, such
-	// as --model, --permission-mode or --allowedTools.
-	Command []string
-	Workdir string
-	Env     []string
-	// HideEnv names variables of the bridge's environment the agent does
-	// not inherit (the config's secrets: config.Config.SecretEnv).
-	HideEnv     []string
-	Grace       time.Duration
-	TurnTimeout time.Duration
-	MaxLine     int
-}
+	"github.com/roombridge/roombridge/agents"
+)
 
 // ApprovalPromptTool is the MCP tool of the bridge that answers Claude
 // Code's permission prompts (--permission-prompt-tool).
@@ -54,10 +21,10 @@ const ApprovalPromptTool = "mcp__" + MCPServerName + "__approval_prompt"
 // approval TTL (24 h); Claude's default would give up long before.
 const mcpToolTimeout = "86400000"
 
-// Args is the command line of turn t; mcpConfig is the path of its MCP
-// config file ("" for a turn without MCP access).
-func (c *Claude) Args(t Turn, mcpConfig string) []string {
-	bin, extra := splitCommand(c.Command, "claude")
+// claudeArgs is the command line of turn t; mcpConfig is the path of its
+// MCP config file ("" for a turn without MCP access).
+func (r *Runtime) claudeArgs(t agents.Turn, mcpConfig string) []string {
+	bin, extra := splitCommand(r.Command, "claude")
 	args := []string{bin, "-p", Prompt(t), "--output-format", "stream-json", "--verbose"}
 	if t.Session != "" {
 		// The = form: --resume takes an optional value, so a value starting
@@ -76,28 +43,45 @@ func (c *Claude) Args(t Turn, mcpConfig string) []string {
 	return append(args, extra...)
 }
 
-// Run implements Runtime.
-func (c *Claude) Run(ctx context.Context, t Turn, sink Sink) (Outcome, error) {
-	config, env := "", c.Env
+// claudeLaunch starts Claude Code in print mode with streaming JSON output:
+//
+//	claude -p PROMPT --output-format stream-json --verbose [--resume=SESSION] [extra flags]
+//
+// The session ID comes from the init event (and is replaced by a later
+// event's if it differs); tool_use blocks start tools and tool_result blocks
+// end them (the safe points); the result event is the final answer or the
+// failure. Stdin is /dev/null; a cancel is SIGINT at the next safe point,
+// then SIGTERM and SIGKILL.
+//
+// A turn with MCP access (Turn.MCPURL) gets the bridge's agent tools: the
+// URL and the turn's token go in an MCP config file (mode 0600, in a
+// private temporary directory removed when the turn ends; the token is
+// never in argv), passed with --mcp-config. Unless the configured command
+// sets them itself, --permission-prompt-tool mcp__roombridge__approval_prompt
+// turns Claude Code's permission prompts into approvals of the room, and
+// --allowedTools mcp__roombridge lets it call the bridge's tools without
+// asking. A command that sets --allowedTools keeps its own list: add
+// mcp__roombridge to it, or each tool call becomes an approval.
+func (r *Runtime) claudeLaunch(t agents.Turn) (launch, error) {
+	l := launch{env: r.Env, dec: &claudeDecoder{session: t.Session}}
+	config := ""
 	if t.MCPURL != "" && t.MCPToken != "" {
 		dir, err := os.MkdirTemp("", "roombridge-mcp-")
 		if err != nil {
-			return Outcome{}, fmt.Errorf("mcp config: %w", err)
+			return launch{}, fmt.Errorf("mcp config: %w", err)
 		}
-		defer os.RemoveAll(dir)
+		l.cleanup = func() { os.RemoveAll(dir) }
 		config = filepath.Join(dir, "mcp.json")
 		if err := writeMCPConfig(config, t.MCPURL, t.MCPToken); err != nil {
-			return Outcome{}, fmt.Errorf("mcp config: %w", err)
+			l.cleanup()
+			return launch{}, fmt.Errorf("mcp config: %w", err)
 		}
 		if os.Getenv("MCP_TOOL_TIMEOUT") == "" {
-			env = slices.Concat([]string{"MCP_TOOL_TIMEOUT=" + mcpToolTimeout}, c.Env)
+			l.env = slices.Concat([]string{"MCP_TOOL_TIMEOUT=" + mcpToolTimeout}, r.Env)
 		}
 	}
-	p := &process{argv: c.Args(t, config), dir: c.Workdir, env: env, hide: c.HideEnv, grace: c.Grace, timeout: c.TurnTimeout,
-		maxLine: c.MaxLine, dec: &claudeDecoder{session: t.Session}}
-	out, err := p.run(ctx, t, sink)
-	out.YieldIfWaiting = true // Claude Code cannot yield: a final answer may be one
-	return out, err
+	l.argv = r.claudeArgs(t, config)
+	return l, nil
 }
 
 // writeMCPConfig writes Claude Code's MCP config naming the bridge's server
@@ -180,19 +164,19 @@ type claudeDecoder struct {
 	lastText string
 }
 
-func (d *claudeDecoder) decode(line []byte) ([]Event, error) {
+func (d *claudeDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 	if line[0] != '{' {
 		return nil, nil // not JSON (the SDK skips such lines too)
 	}
 	var l claudeLine
 	if err := json.Unmarshal(line, &l); err != nil {
-		return nil, fmt.Errorf("%w: claude: unreadable event: %.120q", ErrProtocol, line)
+		return nil, fmt.Errorf("%w: claude: unreadable event: %.120q", agents.ErrProtocol, line)
 	}
-	var evs []Event
+	var evs []agents.TurnEvent
 	if l.SessionID != "" && l.SessionID != d.session {
 		// Always keep the latest: resume may or may not keep the ID.
 		d.session = l.SessionID
-		evs = append(evs, Event{Type: EventSession, ID: l.SessionID})
+		evs = append(evs, agents.TurnEvent{Type: agents.EventSession, ID: l.SessionID})
 	}
 	if l.ParentToolUseID != nil && *l.ParentToolUseID != "" {
 		return evs, nil // a sub-agent's step, inside a running Task tool
@@ -202,7 +186,7 @@ func (d *claudeDecoder) decode(line []byte) ([]Event, error) {
 		if l.Subtype == "init" {
 			for _, s := range l.MCPServers {
 				if s.Status != "connected" {
-					evs = append(evs, Event{Type: EventMessage, Text: fmt.Sprintf("(MCP server %s is %s)", s.Name, s.Status)})
+					evs = append(evs, agents.TurnEvent{Type: agents.EventMessage, Text: fmt.Sprintf("(MCP server %s is %s)", s.Name, s.Status)})
 				}
 			}
 		}
@@ -218,14 +202,14 @@ func (d *claudeDecoder) decode(line []byte) ([]Event, error) {
 					d.tools = map[string]string{}
 				}
 				d.tools[b.ID] = b.Name
-				evs = append(evs, Event{Type: EventTool, Phase: PhaseStart, Name: b.Name})
+				evs = append(evs, agents.TurnEvent{Type: agents.EventTool, Phase: agents.PhaseStart, Name: b.Name})
 			}
 		}
 	case "user":
 		for _, b := range blocks(l.Message) {
 			if name, ok := d.tools[b.ToolUseID]; ok && b.Type == "tool_result" {
 				delete(d.tools, b.ToolUseID)
-				evs = append(evs, Event{Type: EventTool, Phase: PhaseEnd, Name: name})
+				evs = append(evs, agents.TurnEvent{Type: agents.EventTool, Phase: agents.PhaseEnd, Name: name})
 			}
 		}
 	case "result":
@@ -234,20 +218,20 @@ func (d *claudeDecoder) decode(line []byte) ([]Event, error) {
 			for _, dn := range l.Denials {
 				names = append(names, dn.ToolName)
 			}
-			evs = append(evs, Event{Type: EventMessage, Text: "Claude Code was not permitted to use: " + strings.Join(names, ", ")})
+			evs = append(evs, agents.TurnEvent{Type: agents.EventMessage, Text: "Claude Code was not permitted to use: " + strings.Join(names, ", ")})
 		}
 		text := ""
 		if l.Result != nil {
 			text = *l.Result
 		}
 		if l.IsError || strings.HasPrefix(l.Subtype, "error") {
-			msg := firstNonEmpty(strings.Join(l.Errors, "; "), text, l.Subtype)
-			return append(evs, Event{Type: EventError, Message: "claude: " + msg}), nil
+			msg := cmp.Or(strings.Join(l.Errors, "; "), text, l.Subtype, noReason)
+			return append(evs, agents.TurnEvent{Type: agents.EventError, Message: "claude: " + msg}), nil
 		}
 		if text == "" {
 			text = d.lastText
 		}
-		evs = append(evs, Event{Type: EventFinal, Text: text})
+		evs = append(evs, agents.TurnEvent{Type: agents.EventFinal, Text: text})
 	}
 	return evs, nil
 }

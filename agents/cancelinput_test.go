@@ -13,13 +13,13 @@ import (
 	"github.com/roombridge/roombridge/store"
 )
 
-// TestCancelWithInbox: a waiting request that is cancelled while an input
-// sits in its inbox (a task's result that came just before the cancel)
-// ends without another turn, and the input is reported as not delivered
+// TestCancelWithPendingInput: a waiting request that is cancelled while an
+// input is pending for its next turn (a task's result that came just before
+// the cancel) ends without another turn, and the input is reported as not delivered
 // (audit and a notice in its thread), not dropped: no turn ever had it.
 // (Found by cmd/bridge's TestCrashAnywhere: a delegated request whose task
 // had ended was cancelled by its asker's end before it was woken.)
-func TestCancelWithInbox(t *testing.T) {
+func TestCancelWithPendingInput(t *testing.T) {
 	e := newEnv(t)
 	e.start(func(s *agents.Scheduler) { s.Delegator = &delegator{e: e} },
 		agents.Agent{Name: "coder", Runtime: e.exec()}, agents.Agent{Name: "reviewer", Runtime: e.exec()})
@@ -45,7 +45,7 @@ func TestCancelWithInbox(t *testing.T) {
 	e.waitState(r.ID, requests.Cancelled)
 	if !e.hasAudit(r.ID, "undelivered", "task_result arrived after the last turn: task T-9 (late) succeeded") ||
 		!slices.ContainsFunc(e.replies(r.ID), func(m chat.Message) bool { return m.Kind == "notice" }) {
-		t.Errorf("the result in the inbox of the cancelled request is not reported: audit:\n%s", e.auditText(r.ID))
+		t.Errorf("the result in the pending input of the cancelled request is not reported: audit:\n%s", e.auditText(r.ID))
 	}
 	turns := 0
 	for _, l := range e.logLines() {

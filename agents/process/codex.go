@@ -1,49 +1,19 @@
-package agents
+package process
 
 import (
-	"context"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 	"unicode/utf8"
+
+	"github.com/roombridge/roombridge/agents"
 )
 
-// Codex runs the Codex CLI non-interactively with JSON output, one process
-// per turn:
-//
-//	codex exec --json --skip-git-repo-check [extra flags] [resume SESSION] PROMPT
-//
-// The session is the thread ID of thread.started; item.started and
-// item.completed of a tool item (a command, an MCP call, a web search, a
-// file change) start and end tools (the safe points); turn.completed ends
-// the turn with the last agent message as the answer, turn.failed fails it.
-// Stdin is /dev/null (codex would read an open pipe into the prompt); a
-// cancel is SIGINT at the next safe point, then SIGTERM and SIGKILL. Codex
-// exec never asks for approvals: its sandbox is chosen before the turn, by
-// the extra flags (e.g. --sandbox workspace-write).
-//
-// A turn with MCP access (Turn.MCPURL) gets the bridge's agent tools as the
-// MCP server "roombridge", configured with -c overrides: its URL, and
-// bearer_token_env_var naming ROOMBRIDGE_MCP_TOKEN, which is set in the
-// process's environment only (argv is visible to every user of the host).
-type Codex struct {
-	// Command is the CLI (default "codex") and extra flags for exec.
-	Command []string
-	Workdir string
-	Env     []string
-	// HideEnv names variables of the bridge's environment the agent does
-	// not inherit (the config's secrets: config.Config.SecretEnv).
-	HideEnv     []string
-	Grace       time.Duration
-	TurnTimeout time.Duration
-	MaxLine     int
-}
-
-// Args is the command line of turn t.
-func (c *Codex) Args(t Turn) []string {
-	bin, extra := splitCommand(c.Command, "codex")
+// codexArgs is the command line of turn t.
+func (r *Runtime) codexArgs(t agents.Turn) []string {
+	bin, extra := splitCommand(r.Command, "codex")
 	// The bridge picks the working directory, which need not be a git
 	// repository.
 	args := append([]string{bin, "exec", "--json", "--skip-git-repo-check"}, extra...)
@@ -61,13 +31,25 @@ func (c *Codex) Args(t Turn) []string {
 	return append(args, Prompt(t))
 }
 
-// Run implements Runtime.
-func (c *Codex) Run(ctx context.Context, t Turn, sink Sink) (Outcome, error) {
-	p := &process{argv: c.Args(t), dir: c.Workdir, env: slices.Concat(c.Env, mcpEnv(t)), hide: c.HideEnv, grace: c.Grace, timeout: c.TurnTimeout,
-		maxLine: c.MaxLine, dec: &codexDecoder{session: t.Session}}
-	out, err := p.run(ctx, t, sink)
-	out.YieldIfWaiting = true // codex cannot yield: a final answer may be one
-	return out, err
+// codexLaunch starts the Codex CLI non-interactively with JSON output:
+//
+//	codex exec --json --skip-git-repo-check [extra flags] [resume SESSION] PROMPT
+//
+// The session is the thread ID of thread.started; item.started and
+// item.completed of a tool item (a command, an MCP call, a web search, a
+// file change) start and end tools (the safe points); turn.completed ends
+// the turn with the last agent message as the answer, turn.failed fails it.
+// Stdin is /dev/null (codex would read an open pipe into the prompt); a
+// cancel is SIGINT at the next safe point, then SIGTERM and SIGKILL. Codex
+// exec never asks for approvals: its sandbox is chosen before the turn, by
+// the extra flags (e.g. --sandbox workspace-write).
+//
+// A turn with MCP access (Turn.MCPURL) gets the bridge's agent tools as the
+// MCP server "roombridge", configured with -c overrides: its URL, and
+// bearer_token_env_var naming ROOMBRIDGE_MCP_TOKEN, which is set in the
+// process's environment only (argv is visible to every user of the host).
+func (r *Runtime) codexLaunch(t agents.Turn) launch {
+	return launch{argv: r.codexArgs(t), env: slices.Concat(r.Env, mcpEnv(t)), dec: &codexDecoder{session: t.Session}}
 }
 
 // tomlString quotes s as a TOML basic string (codex parses -c values as
@@ -107,19 +89,19 @@ type codexDecoder struct {
 	lastError string
 }
 
-func (d *codexDecoder) decode(line []byte) ([]Event, error) {
+func (d *codexDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 	if line[0] != '{' {
 		return nil, nil
 	}
 	var l codexLine
 	if err := json.Unmarshal(line, &l); err != nil {
-		return nil, fmt.Errorf("%w: codex: unreadable event: %.120q", ErrProtocol, line)
+		return nil, fmt.Errorf("%w: codex: unreadable event: %.120q", agents.ErrProtocol, line)
 	}
 	switch l.Type {
 	case "thread.started":
 		if l.ThreadID != "" && l.ThreadID != d.session {
 			d.session = l.ThreadID
-			return []Event{{Type: EventSession, ID: l.ThreadID}}, nil
+			return []agents.TurnEvent{{Type: agents.EventSession, ID: l.ThreadID}}, nil
 		}
 	case "item.started", "item.updated":
 		it := l.Item
@@ -133,7 +115,7 @@ func (d *codexDecoder) decode(line []byte) ([]Event, error) {
 					done++
 				}
 			}
-			return []Event{{Type: EventProgress, Percent: done * 100 / len(it.Items), Text: "plan"}}, nil
+			return []agents.TurnEvent{{Type: agents.EventProgress, Percent: done * 100 / len(it.Items), Text: "plan"}}, nil
 		}
 		if name := codexToolName(it); name != "" && l.Type == "item.started" {
 			if d.open == nil {
@@ -141,7 +123,7 @@ func (d *codexDecoder) decode(line []byte) ([]Event, error) {
 			}
 			if _, dup := d.open[it.ID]; !dup {
 				d.open[it.ID] = name
-				return []Event{{Type: EventTool, Phase: PhaseStart, Name: name}}, nil
+				return []agents.TurnEvent{{Type: agents.EventTool, Phase: agents.PhaseStart, Name: name}}, nil
 			}
 		}
 	case "item.completed":
@@ -154,19 +136,19 @@ func (d *codexDecoder) decode(line []byte) ([]Event, error) {
 		}
 		if name, ok := d.open[it.ID]; ok {
 			delete(d.open, it.ID)
-			return []Event{{Type: EventTool, Phase: PhaseEnd, Name: name}}, nil
+			return []agents.TurnEvent{{Type: agents.EventTool, Phase: agents.PhaseEnd, Name: name}}, nil
 		}
 	case "error":
 		// Not always fatal (reconnect notices); turn.failed decides.
 		d.lastError = l.Message
 	case "turn.completed":
-		return []Event{{Type: EventFinal, Text: d.lastText}}, nil
+		return []agents.TurnEvent{{Type: agents.EventFinal, Text: d.lastText}}, nil
 	case "turn.failed":
 		msg := ""
 		if l.Error != nil {
 			msg = l.Error.Message
 		}
-		return []Event{{Type: EventError, Message: "codex: " + firstNonEmpty(msg, d.lastError, "turn failed")}}, nil
+		return []agents.TurnEvent{{Type: agents.EventError, Message: "codex: " + cmp.Or(msg, d.lastError, "turn failed")}}, nil
 	}
 	return nil, nil
 }

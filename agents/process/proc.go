@@ -1,8 +1,9 @@
-package agents
+package process
 
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/roombridge/roombridge/agents"
 )
 
 // Limits of the agent runtimes.
@@ -30,9 +33,6 @@ const (
 	DefaultGrace = 5 * time.Second
 )
 
-// ErrProtocol: the agent broke its output protocol.
-var ErrProtocol = errors.New("agent protocol error")
-
 // stopSignals is the escalation after a safe point, a timeout or shutdown,
 // one grace period apart.
 var stopSignals = []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL}
@@ -40,7 +40,7 @@ var stopSignals = []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGK
 // decoder turns an agent's stdout lines into protocol events. It is called
 // from one goroutine; partial is called after the last decode.
 type decoder interface {
-	decode(line []byte) ([]Event, error)
+	decode(line []byte) ([]agents.TurnEvent, error)
 	// partial is what the agent said so far, for an incomplete result.
 	partial() string
 }
@@ -67,14 +67,14 @@ type process struct {
 
 // item is one thing read from stdout: an event or a read error.
 type item struct {
-	ev  Event
+	ev  agents.TurnEvent
 	err error
 }
 
 // run starts the process, serves the turn and returns its outcome.
-func (p *process) run(ctx context.Context, t Turn, sink Sink) (Outcome, error) {
+func (p *process) run(ctx context.Context, t agents.Turn, sink agents.Sink) (agents.Outcome, error) {
 	if len(p.argv) == 0 || p.argv[0] == "" {
-		return Outcome{}, errors.New("no command configured")
+		return agents.Outcome{}, errors.New("no command configured")
 	}
 	if p.grace <= 0 {
 		p.grace = DefaultGrace
@@ -84,7 +84,7 @@ func (p *process) run(ctx context.Context, t Turn, sink Sink) (Outcome, error) {
 	}
 	if p.dir != "" {
 		if err := os.MkdirAll(p.dir, 0o755); err != nil {
-			return Outcome{}, fmt.Errorf("workdir: %w", err)
+			return agents.Outcome{}, fmt.Errorf("workdir: %w", err)
 		}
 	}
 	cmd := exec.Command(p.argv[0], p.argv[1:]...)
@@ -100,7 +100,7 @@ func (p *process) run(ctx context.Context, t Turn, sink Sink) (Outcome, error) {
 	// open is noticed.
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return Outcome{}, fmt.Errorf("start %s: %w", p.argv[0], err)
+		return agents.Outcome{}, fmt.Errorf("start %s: %w", p.argv[0], err)
 	}
 	cmd.Stdout = outW
 	var stdin io.WriteCloser
@@ -108,13 +108,13 @@ func (p *process) run(ctx context.Context, t Turn, sink Sink) (Outcome, error) {
 		if stdin, err = cmd.StdinPipe(); err != nil {
 			outR.Close()
 			outW.Close()
-			return Outcome{}, fmt.Errorf("start %s: %w", p.argv[0], err)
+			return agents.Outcome{}, fmt.Errorf("start %s: %w", p.argv[0], err)
 		}
 	}
 	if err := cmd.Start(); err != nil {
 		outR.Close()
 		outW.Close()
-		return Outcome{}, fmt.Errorf("start %s: %w", p.argv[0], err)
+		return agents.Outcome{}, fmt.Errorf("start %s: %w", p.argv[0], err)
 	}
 	outW.Close()
 	d := &driver{p: p, cmd: cmd, sink: sink, stderr: &stderr, stdout: outR}
@@ -129,7 +129,7 @@ func (p *process) run(ctx context.Context, t Turn, sink Sink) (Outcome, error) {
 type driver struct {
 	p      *process
 	cmd    *exec.Cmd
-	sink   Sink
+	sink   agents.Sink
 	in     *stdinWriter // nil: no stdin protocol
 	stderr *tailBuffer
 
@@ -138,7 +138,7 @@ type driver struct {
 	draining   bool // shutdown: interrupt at the next safe point
 	cancelAt   time.Time
 	ended      bool
-	out        Outcome
+	out        agents.Outcome
 	failure    error
 	ran        []string // tools that ended, in order
 
@@ -152,10 +152,10 @@ type driver struct {
 
 	callCtx context.Context
 	calls   sync.WaitGroup
-	results chan Response
+	results chan agents.Response
 }
 
-func (d *driver) loop(ctx context.Context, t Turn, out *os.File) (Outcome, error) {
+func (d *driver) loop(ctx context.Context, t agents.Turn, out *os.File) (agents.Outcome, error) {
 	items := make(chan item)
 	go d.read(out, items)
 	exited := make(chan error, 1)
@@ -163,7 +163,7 @@ func (d *driver) loop(ctx context.Context, t Turn, out *os.File) (Outcome, error
 
 	var stopCalls context.CancelFunc
 	d.callCtx, stopCalls = context.WithCancel(ctx)
-	d.results = make(chan Response)
+	d.results = make(chan agents.Response)
 	var timeoutC <-chan time.Time
 	if d.p.timeout > 0 {
 		tm := time.NewTimer(d.p.timeout)
@@ -241,19 +241,19 @@ func (d *driver) loop(ctx context.Context, t Turn, out *os.File) (Outcome, error
 
 	switch {
 	case d.failure != nil:
-		return Outcome{}, d.reason(d.failure)
+		return agents.Outcome{}, d.reason(d.failure)
 	case d.ended:
 		return d.out, nil
 	case ctx.Err() != nil:
-		return Outcome{}, fmt.Errorf("%w: %w", ErrInterrupted, ctx.Err())
+		return agents.Outcome{}, fmt.Errorf("%w: %w", agents.ErrInterrupted, ctx.Err())
 	case d.cancelling:
-		return Outcome{Stopped: true, Final: d.partial()}, nil
+		return agents.Outcome{Stopped: true, Final: d.partial()}, nil
 	case d.draining:
-		return Outcome{}, fmt.Errorf("%w: the bridge is shutting down", ErrInterrupted)
+		return agents.Outcome{}, fmt.Errorf("%w: the bridge is shutting down", agents.ErrInterrupted)
 	case waitErr != nil:
-		return Outcome{}, d.reason(fmt.Errorf("agent exited without a final answer (%v)", waitErr))
+		return agents.Outcome{}, d.reason(fmt.Errorf("agent exited without a final answer (%v)", waitErr))
 	default:
-		return Outcome{}, d.reason(errors.New("agent exited without a final answer"))
+		return agents.Outcome{}, d.reason(errors.New("agent exited without a final answer"))
 	}
 }
 
@@ -281,7 +281,7 @@ func (d *driver) read(r *os.File, items chan<- item) {
 	}
 	if err := sc.Err(); err != nil && !errors.Is(err, os.ErrClosed) {
 		if errors.Is(err, bufio.ErrTooLong) {
-			err = fmt.Errorf("%w: an output line is over %d bytes", ErrProtocol, d.p.maxLine)
+			err = fmt.Errorf("%w: an output line is over %d bytes", agents.ErrProtocol, d.p.maxLine)
 		}
 		items <- item{err: err}
 		_, _ = io.Copy(io.Discard, r)
@@ -290,21 +290,21 @@ func (d *driver) read(r *os.File, items chan<- item) {
 
 // handle acts on one event. Anything after the end of the turn (or a
 // failure) is ignored.
-func (d *driver) handle(ctx context.Context, ev Event) {
+func (d *driver) handle(ctx context.Context, ev agents.TurnEvent) {
 	if d.ended || d.failure != nil {
 		return
 	}
 	var err error
 	switch ev.Type {
-	case EventSession:
+	case agents.EventSession:
 		if ev.ID == "" {
-			err = fmt.Errorf("%w: a session event without an id", ErrProtocol)
+			err = fmt.Errorf("%w: a session event without an id", agents.ErrProtocol)
 			break
 		}
 		err = d.sink.Session(ctx, ev.ID)
-	case EventTool:
+	case agents.EventTool:
 		switch ev.Phase {
-		case PhaseStart:
+		case agents.PhaseStart:
 			if d.cancelling && d.stage == 0 {
 				if time.Since(d.cancelAt) > d.p.grace {
 					// A new tool long after the cancel: interrupt it.
@@ -316,42 +316,42 @@ func (d *driver) handle(ctx context.Context, ev Event) {
 				}
 			}
 			d.inTool++
-		case PhaseEnd:
+		case agents.PhaseEnd:
 			if d.inTool > 0 {
 				d.inTool--
 			}
 			d.ran = append(d.ran, ev.Name)
 		default:
-			err = fmt.Errorf("%w: tool phase %q (want start or end)", ErrProtocol, ev.Phase)
+			err = fmt.Errorf("%w: tool phase %q (want start or end)", agents.ErrProtocol, ev.Phase)
 		}
 		if err == nil {
 			err = d.sink.Tool(ctx, ev.Phase, ev.Name)
 		}
-		if err == nil && ev.Phase == PhaseEnd && d.cancelling && d.inTool == 0 {
+		if err == nil && ev.Phase == agents.PhaseEnd && d.cancelling && d.inTool == 0 {
 			d.safePoint()
 		}
-		if err == nil && ev.Phase == PhaseEnd && d.draining && d.inTool == 0 && d.stage == 0 {
+		if err == nil && ev.Phase == agents.PhaseEnd && d.draining && d.inTool == 0 && d.stage == 0 {
 			d.escalate() // the safe point a shutdown waited for
 		}
-	case EventProgress:
+	case agents.EventProgress:
 		err = d.sink.Progress(ctx, ev.Percent, ev.Text)
-	case EventMessage:
+	case agents.EventMessage:
 		err = d.sink.Message(ctx, ev.Text)
-	case EventAskAgent, EventBackgroundRun, EventRequestApproval, EventTaskStatus, EventAskUser:
+	case agents.EventAskAgent, agents.EventBackgroundRun, agents.EventRequestApproval, agents.EventTaskStatus, agents.EventAskUser:
 		err = d.call(ev)
-	case EventFinal:
+	case agents.EventFinal:
 		d.out.Final, d.ended = ev.Text, true
-	case EventYield:
+	case agents.EventYield:
 		d.out.Yielded, d.out.Reason, d.ended = true, ev.Reason, true
-	case EventStopped:
+	case agents.EventStopped:
 		d.out.Stopped, d.out.Final, d.ended = true, ev.Text, true
 		if d.out.Final == "" {
 			d.out.Final = d.partial()
 		}
-	case EventError:
-		err = fmt.Errorf("agent reported: %s", firstNonEmpty(ev.Message, ev.Reason, ev.Text))
+	case agents.EventError:
+		err = fmt.Errorf("agent reported: %s", cmp.Or(ev.Message, ev.Reason, ev.Text, noReason))
 	default:
-		err = fmt.Errorf("%w: unknown event type %q", ErrProtocol, ev.Type)
+		err = fmt.Errorf("%w: unknown event type %q", agents.ErrProtocol, ev.Type)
 	}
 	if err != nil {
 		d.fail(err)
@@ -368,12 +368,12 @@ func (d *driver) handle(ctx context.Context, ev Event) {
 
 // call runs an agent's call in its own goroutine (an approval may wait for
 // hours) and feeds the response back through the loop.
-func (d *driver) call(ev Event) error {
+func (d *driver) call(ev agents.TurnEvent) error {
 	if d.in == nil {
-		return fmt.Errorf("%w: %s needs the exec protocol", ErrProtocol, ev.Type)
+		return fmt.Errorf("%w: %s needs the exec protocol", agents.ErrProtocol, ev.Type)
 	}
 	if ev.ID == "" {
-		return fmt.Errorf("%w: %s without an id", ErrProtocol, ev.Type)
+		return fmt.Errorf("%w: %s without an id", agents.ErrProtocol, ev.Type)
 	}
 	d.calls.Add(1)
 	go func() {
@@ -484,14 +484,8 @@ func (d *driver) reason(err error) error {
 	return err
 }
 
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return "(no reason given)"
-}
+// noReason is the reason of a failure that gave none.
+const noReason = "(no reason given)"
 
 // killGroup signals the agent's whole process group.
 func killGroup(cmd *exec.Cmd, sig syscall.Signal) {

@@ -1,14 +1,16 @@
-package agents
+package process
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/roombridge/roombridge/agents"
 )
 
 // Prompt renders a turn's input as the prompt of a CLI agent (claude,
 // codex): the ask first, then each other item under a header that says what
 // it is. It never starts with "-", so it cannot be read as a flag.
-func Prompt(t Turn) string {
+func Prompt(t agents.Turn) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[roombridge request %s]", t.RequestID)
 	if t.Resumed {
@@ -18,16 +20,16 @@ func Prompt(t Turn) string {
 	for _, in := range t.Input {
 		var head string
 		switch in.Kind {
-		case InputAsk:
+		case agents.InputAsk:
 			b.WriteString("\n" + in.Text + "\n")
 			continue
-		case InputReference:
+		case agents.InputReference:
 			head = fmt.Sprintf("result of %s (%s), mentioned in the ask", in.RequestID, in.State)
-		case InputReply:
+		case agents.InputReply:
 			head = "reply in the thread from " + in.From
-		case InputTaskResult:
+		case agents.InputTaskResult:
 			head = fmt.Sprintf("background task %s ended (%s)", in.TaskID, in.State)
-		case InputAnswer:
+		case agents.InputAnswer:
 			head = fmt.Sprintf("answer of %s (%s)", in.RequestID, in.State)
 		default:
 			head = in.Kind

@@ -1,4 +1,4 @@
-package agents
+package process
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/roombridge/roombridge/agents"
 )
 
 // Fuzz targets of what agent processes print on stdout: the exec protocol's
@@ -14,7 +16,7 @@ import (
 // line bound, blank lines, stopping at the first bad line) and decoder,
 // through a pipe as from a process. Seeds: testdata/fuzz/<target>/, from
 // docs/agent-protocol.md's examples and the recorded streams in
-// ../testdata/{claude,codex}.
+// ../../testdata/{claude,codex}.
 
 // fuzzMaxLine is the line bound of the fuzzed reader: small, so the fuzzer
 // reaches the too-long path with small inputs.
@@ -22,7 +24,7 @@ const fuzzMaxLine = 4096
 
 // readAll feeds out to dec through driver.read and returns the events and the
 // errors it reports.
-func readAll(t *testing.T, dec decoder, out []byte) ([]Event, []error) {
+func readAll(t *testing.T, dec decoder, out []byte) ([]agents.TurnEvent, []error) {
 	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -35,7 +37,7 @@ func readAll(t *testing.T, dec decoder, out []byte) ([]Event, []error) {
 	d := &driver{p: &process{dec: dec, maxLine: fuzzMaxLine}}
 	items := make(chan item)
 	go d.read(r, items)
-	var evs []Event
+	var evs []agents.TurnEvent
 	var errs []error
 	for it := range items {
 		if it.err != nil {
@@ -50,7 +52,7 @@ func readAll(t *testing.T, dec decoder, out []byte) ([]Event, []error) {
 	if len(errs) > 1 {
 		t.Fatalf("%d errors, want at most one: %v", len(errs), errs)
 	}
-	if len(errs) == 1 && !errors.Is(errs[0], ErrProtocol) {
+	if len(errs) == 1 && !errors.Is(errs[0], agents.ErrProtocol) {
 		t.Fatalf("error %v is not a protocol error", errs[0])
 	}
 	_ = dec.partial()
@@ -91,21 +93,21 @@ func FuzzExecLines(f *testing.F) {
 // checkCLIEvents holds for the events a CLI adapter makes: session events
 // name a new session, tools end only after they started, progress is a
 // percentage, errors name the CLI.
-func checkCLIEvents(t *testing.T, cli, session string, evs []Event) {
+func checkCLIEvents(t *testing.T, cli, session string, evs []agents.TurnEvent) {
 	t.Helper()
 	open := map[string]int{}
 	for _, ev := range evs {
 		switch ev.Type {
-		case EventSession:
+		case agents.EventSession:
 			if ev.ID == "" || ev.ID == session {
 				t.Fatalf("session event %q after session %q", ev.ID, session)
 			}
 			session = ev.ID
-		case EventTool:
+		case agents.EventTool:
 			switch ev.Phase {
-			case PhaseStart:
+			case agents.PhaseStart:
 				open[ev.Name]++
-			case PhaseEnd:
+			case agents.PhaseEnd:
 				if open[ev.Name] == 0 {
 					t.Fatalf("tool %q ends but did not start", ev.Name)
 				}
@@ -113,15 +115,15 @@ func checkCLIEvents(t *testing.T, cli, session string, evs []Event) {
 			default:
 				t.Fatalf("tool phase %q", ev.Phase)
 			}
-		case EventProgress:
+		case agents.EventProgress:
 			if ev.Percent < 0 || ev.Percent > 100 {
 				t.Fatalf("progress %d%%", ev.Percent)
 			}
-		case EventError:
+		case agents.EventError:
 			if !strings.HasPrefix(ev.Message, cli+": ") {
 				t.Fatalf("error %q does not name %s", ev.Message, cli)
 			}
-		case EventMessage, EventFinal:
+		case agents.EventMessage, agents.EventFinal:
 		default:
 			t.Fatalf("%s adapter made a %q event", cli, ev.Type)
 		}

@@ -1,4 +1,4 @@
-package agents
+package process
 
 import "syscall"
 
