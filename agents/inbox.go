@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/audit"
+	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 )
@@ -103,7 +104,7 @@ func ReplyEvent(ctx context.Context, svc *requests.Service, id requests.ID, user
 		}
 		delivered = true
 		return audit.Append(tx, audit.Record{Time: svc.Clock().Now().UTC(), RequestID: id.String(), Actor: user,
-			Surface: surface, Action: "reply", Detail: trimLine(text, 200)})
+			Surface: surface, Action: "reply", Detail: clip.Line(text, 200, clip.Bytes)})
 	})
 	if err != nil {
 		return false, fmt.Errorf("agents: reply to %s: %w", id, err)
