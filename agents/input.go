@@ -7,9 +7,9 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/roombridge/roombridge/audit"
+	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 )
@@ -105,7 +105,7 @@ func ReplyEvent(ctx context.Context, svc *requests.Service, id requests.ID, user
 		}
 		delivered = true
 		return audit.Append(tx, audit.Record{Time: svc.Clock().Now().UTC(), RequestID: id.String(), Actor: user,
-			Surface: surface, Action: "reply", Detail: trimLine(text, 200)})
+			Surface: surface, Action: "reply", Detail: clip.Line(text, 200, clip.Bytes)})
 	})
 	if err != nil {
 		return false, fmt.Errorf("agents: reply to %s: %w", id, err)
@@ -200,17 +200,4 @@ func parkedTx(tx store.Tx, r *requests.Request) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
-}
-
-// trimLine cuts s to its first line and at most n bytes, at a character
-// boundary.
-func trimLine(s string, n int) string {
-	s, _, _ = strings.Cut(s, "\n")
-	if len(s) > n {
-		for n > 0 && !utf8.RuneStart(s[n]) {
-			n--
-		}
-		s = s[:n] + "…"
-	}
-	return s
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/internal/failpoint"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
@@ -470,7 +471,7 @@ func (s *Scheduler) end(ctx context.Context, id requests.ID, ev requests.Event, 
 			}
 			if err := audit.Append(tx, audit.Record{Time: after.Updated, RequestID: id.String(), Actor: actor,
 				Action: "undelivered", From: after.State.String(), To: after.State.String(),
-				Detail: what + " arrived after the last turn: " + trimLine(it.in.Text, 200)}); err != nil {
+				Detail: what + " arrived after the last turn: " + clip.Line(it.in.Text, 200, clip.Bytes)}); err != nil {
 				return err
 			}
 			if err := s.threads.Reply(tx, after, chat.Message{Kind: "notice",

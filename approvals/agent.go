@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/audit"
+	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 )
@@ -183,7 +184,7 @@ func (s *Service) open(ctx context.Context, kind Kind, ask ActionAsk) (*Approval
 		}
 		return audit.Append(tx, audit.Record{
 			Time: out.Created, RequestID: r.ID.String(), Actor: "agent:" + r.Agent, Action: audited,
-			To: string(Pending), Detail: noun(out) + " " + out.ID + " for " + asker + ": " + oneLine(action, 200),
+			To: string(Pending), Detail: noun(out) + " " + out.ID + " for " + asker + ": " + clip.Line(action, 200, clip.Bytes),
 		})
 	})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 )
@@ -180,7 +181,7 @@ func (s *Service) decideTx(tx store.Tx, a *Approval, v Verdict, actor, surface s
 	}
 	return after, nil, audit.Append(tx, audit.Record{
 		Time: now, RequestID: a.RequestID.String(), Actor: actor, Surface: surface, Action: string(v),
-		From: string(Pending), To: string(after.State), Detail: "permission " + a.ID + ": " + oneLine(a.Action, 200),
+		From: string(Pending), To: string(after.State), Detail: "permission " + a.ID + ": " + clip.Line(a.Action, 200, clip.Bytes),
 	})
 }
 
@@ -340,7 +341,7 @@ func (s *Service) expireTx(tx store.Tx, st *settlement) (*Approval, error) {
 			// Not an approval: metrics count approval expiries by "expire".
 			who, action = "answered", "question_expired"
 		}
-		detail = noun(a) + " " + a.ID + ": " + oneLine(a.Action, 200) + ": nobody " + who + " within " + Duration(a.TTL)
+		detail = noun(a) + " " + a.ID + ": " + clip.Line(a.Action, 200, clip.Bytes) + ": nobody " + who + " within " + Duration(a.TTL)
 	}
 	return after, audit.Append(tx, audit.Record{
 		Time: after.DecidedAt, RequestID: a.RequestID.String(), Actor: ActorTTL, Action: action,

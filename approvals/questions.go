@@ -11,6 +11,7 @@ import (
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 )
@@ -247,6 +248,6 @@ func (s *Service) answerTx(tx store.Tx, a *Approval, text, actor, surface string
 	return after, nil, audit.Append(tx, audit.Record{
 		Time: now, RequestID: a.RequestID.String(), Actor: actor, Surface: surface, Action: "question_answered",
 		From: string(Pending), To: string(Answered),
-		Detail: "question " + a.ID + " (" + oneLine(a.Action, 100) + "): " + oneLine(text, 200),
+		Detail: "question " + a.ID + " (" + clip.Line(a.Action, 100, clip.Bytes) + "): " + clip.Line(text, 200, clip.Bytes),
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/internal/clip"
 )
 
 // Card renders an approval as the card every surface shows: what is asked,
@@ -62,7 +63,7 @@ func QuestionCard(a *Approval) chat.Message {
 	return chat.Message{
 		Request: a.RequestID.String(),
 		Kind:    "question",
-		Text:    who + " asks: " + oneLine(a.Action, 300) + " — " + status,
+		Text:    who + " asks: " + clip.Line(a.Action, 300, clip.Bytes) + " — " + status,
 		Card: &chat.Card{
 			Title:  "Question · " + a.ID + " · " + a.Agent,
 			Text:   who + " asks: " + a.Action,
@@ -122,7 +123,7 @@ func Status(a *Approval) string {
 		}
 		return "waiting for a decision · expires " + stamp(a.ExpiresAt, a.Created)
 	case Answered:
-		return fmt.Sprintf("answered by %s at %s: %s", a.DecidedBy, stamp(a.DecidedAt, a.Created), oneLine(a.Answer, 300))
+		return fmt.Sprintf("answered by %s at %s: %s", a.DecidedBy, stamp(a.DecidedAt, a.Created), clip.Line(a.Answer, 300, clip.Bytes))
 	case Approved, Denied:
 		return fmt.Sprintf("%s by %s at %s", a.State, a.DecidedBy, stamp(a.DecidedAt, a.Created))
 	case Expired:
@@ -197,15 +198,7 @@ func (in *Inbox) Text() string {
 			how = fmt.Sprintf("reply in its thread, or type: answer %s <text>", a.ID)
 		}
 		lines = append(lines, fmt.Sprintf("%d of %d · %s · %s (%s): %s · expires %s · %s",
-			it.Position, it.Of, a.ID, what, it.Asking.State, oneLine(a.Action, 80), stamp(a.ExpiresAt, a.Created), how))
+			it.Position, it.Of, a.ID, what, it.Asking.State, clip.Line(a.Action, 80, clip.Bytes), stamp(a.ExpiresAt, a.Created), how))
 	}
 	return strings.Join(lines, "\n")
-}
-
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
 }

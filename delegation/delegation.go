@@ -19,6 +19,7 @@ import (
 	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/threads"
@@ -177,7 +178,7 @@ func (s *Service) AskAgent(ctx context.Context, from requests.ID, agent, text st
 		id = rb.ID
 		return audit.Append(tx, audit.Record{Time: now, RequestID: ra.ID.String(), Actor: "agent:" + ra.Agent,
 			Action: "ask_agent", From: ra.State.String(), To: ra.State.String(),
-			Detail: fmt.Sprintf("asked %s: %s (%s)", agent, rb.ID, trim(text, 200))})
+			Detail: fmt.Sprintf("asked %s: %s (%s)", agent, rb.ID, clip.Text(text, 200, clip.Bytes))})
 	})
 	if errors.Is(err, ErrRefused) {
 		s.auditRefusal(ctx, from, err)
@@ -561,10 +562,10 @@ func (s *Service) Expire(ctx context.Context, t store.Timer, now time.Time) (boo
 // for request id after it ended: never dropped silently.
 func (s *Service) undeliveredTx(tx store.Tx, id requests.ID, what, text string) error {
 	if err := audit.Append(tx, audit.Record{Time: s.svc.Clock().Now().UTC(), RequestID: id.String(), Actor: actor,
-		Action: "undelivered", Detail: what + " arrived after the request ended: " + trim(text, 200)}); err != nil {
+		Action: "undelivered", Detail: what + " arrived after the request ended: " + clip.Text(text, 200, clip.Bytes)}); err != nil {
 		return err
 	}
-	return s.noticeTx(tx, id, fmt.Sprintf("(%s arrived after this request ended: %s)", what, trim(text, 500)))
+	return s.noticeTx(tx, id, fmt.Sprintf("(%s arrived after this request ended: %s)", what, clip.Text(text, 500, clip.Bytes)))
 }
 
 // noticeTx posts a notice in request id's thread, if threads are set.
@@ -587,16 +588,3 @@ func firstNonEmpty(ss ...string) string {
 	}
 	return ""
 }
-
-// trim cuts s to at most n bytes at a character boundary.
-func trim(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

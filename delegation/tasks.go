@@ -13,6 +13,7 @@ import (
 
 	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/audit"
+	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/internal/failpoint"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
@@ -210,10 +211,10 @@ func (s *Service) BackgroundRun(ctx context.Context, from requests.ID, run agent
 		}
 		if err := audit.Append(tx, audit.Record{Time: now, RequestID: r.ID.String(), Actor: "agent:" + r.Agent,
 			Action: "background_run", From: r.State.String(), To: r.State.String(),
-			Detail: t.ID + " " + t.Name + ": " + trim(t.what(), 200)}); err != nil {
+			Detail: t.ID + " " + t.Name + ": " + clip.Text(t.what(), 200, clip.Bytes)}); err != nil {
 			return err
 		}
-		return s.noticeTx(tx, r.ID, fmt.Sprintf("started background task %s (%s): %s", t.ID, t.Name, trim(t.what(), 200)))
+		return s.noticeTx(tx, r.ID, fmt.Sprintf("started background task %s (%s): %s", t.ID, t.Name, clip.Text(t.what(), 200, clip.Bytes)))
 	})
 	if err == nil && refusal != "" {
 		err = s.refuse(ctx, from, "background_run", refusal)
@@ -399,7 +400,7 @@ func (s *Service) EndTaskTx(tx store.Tx, owner, id, state, reason, output string
 	if err != nil {
 		return false, err
 	}
-	if err := s.noticeTx(tx, t.Request, trim(text, 500)); err != nil {
+	if err := s.noticeTx(tx, t.Request, clip.Text(text, 500, clip.Bytes)); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -621,10 +622,10 @@ func (s *Service) RunningText(ctx context.Context, room string) (string, error) 
 		if t.State != TaskRunning {
 			when = t.State + " at " + t.Ended.Format(time.TimeOnly)
 			if t.Reason != "" {
-				when += ": " + trim(t.Reason, 80)
+				when += ": " + clip.Text(t.Reason, 80, clip.Bytes)
 			}
 		}
-		lines = append(lines, fmt.Sprintf("%s %s (%s for %s, %s): %s", t.ID, t.Name, t.Agent, t.Request, when, trim(t.what(), 80)))
+		lines = append(lines, fmt.Sprintf("%s %s (%s for %s, %s): %s", t.ID, t.Name, t.Agent, t.Request, when, clip.Text(t.what(), 80, clip.Bytes)))
 	}
 	return strings.Join(lines, "\n"), nil
 }

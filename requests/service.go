@@ -8,10 +8,10 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/clock"
+	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/store"
 )
 
@@ -177,7 +177,7 @@ func (s *Service) createTx(tx store.Tx, a Ask, refs []ID, inherit bool) (*Reques
 	if err := s.write(tx, nil, r); err != nil {
 		return nil, err
 	}
-	detail := trim(a.Text, 200)
+	detail := clip.Text(a.Text, 200, clip.Bytes)
 	if !a.RetryOf.IsZero() {
 		detail = "retry of " + a.RetryOf.String() + ": " + detail
 	}
@@ -474,15 +474,4 @@ func (s *Service) indexed(tx store.Tx, bucket, agent string, limit int) ([]*Requ
 		return nil
 	})
 	return out, err
-}
-
-// trim cuts s to at most n bytes, at a character boundary.
-func trim(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }

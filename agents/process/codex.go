@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/internal/clip"
 )
 
 // codexArgs is the command line of turn t.
@@ -158,7 +158,7 @@ func (d *codexDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 func codexToolName(it *codexItem) string {
 	switch it.Type {
 	case "command_execution":
-		return "shell: " + trimLine(it.Command, 80)
+		return "shell: " + clip.Line(it.Command, 80, clip.Bytes)
 	case "mcp_tool_call":
 		return "mcp: " + it.Server + "." + it.Tool
 	case "web_search":
@@ -176,17 +176,4 @@ func (d *codexDecoder) partial() string {
 		return ""
 	}
 	return "last said: " + d.lastText
-}
-
-// trimLine cuts s to its first line and at most n bytes, at a character
-// boundary.
-func trimLine(s string, n int) string {
-	s, _, _ = strings.Cut(s, "\n")
-	if len(s) > n {
-		for n > 0 && !utf8.RuneStart(s[n]) {
-			n--
-		}
-		s = s[:n] + "…"
-	}
-	return s
 }

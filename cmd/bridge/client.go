@@ -18,6 +18,7 @@ import (
 
 	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/httpapi"
+	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/requests"
 )
 
@@ -134,17 +135,9 @@ func requestsList(ctx context.Context, args []string, out io.Writer) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tAGENT\tREQUESTER\tASK")
 	for _, r := range res.Requests {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.State, r.Agent, r.Requester, oneLine(r.Ask, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.State, r.Agent, r.Requester, clip.Line(r.Ask, 60, clip.Bytes))
 	}
 	return tw.Flush()
-}
-
-func oneLine(s string, n int) string {
-	s = strings.ReplaceAll(s, "\n", " ")
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
 }
 
 // idArg validates the one ID argument of a command before any call is made.
@@ -402,7 +395,7 @@ func tasksList(ctx context.Context, args []string, out io.Writer) error {
 				}
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, t.Kind, id, t.RequestID, t.Agent,
-				t.StartedAt.Local().Format(time.TimeOnly), oneLine(what, 80))
+				t.StartedAt.Local().Format(time.TimeOnly), clip.Line(what, 80, clip.Bytes))
 		}
 	}
 	return tw.Flush()

@@ -9,6 +9,7 @@ import (
 	larkim "github.com/larksuite/oapi-sdk-go/v3/service/im/v1"
 
 	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/internal/clip"
 )
 
 // Size bounds, well under Feishu's 30 KB per card and 150 KB per text message
@@ -98,20 +99,20 @@ func renderCard(m chat.Message) card {
 		cc = &chat.Card{Text: m.Text}
 	}
 	if cc.Title != "" {
-		c.Header = &cardHeader{Title: text(truncate(cc.Title, 200)), Template: template(cc)}
+		c.Header = &cardHeader{Title: text(clip.Text(cc.Title, 200, clip.Runes)), Template: template(cc)}
 	}
 	if cc.Text != "" {
-		c.Body.Elements = append(c.Body.Elements, textDiv(truncate(cc.Text, maxCardText)))
+		c.Body.Elements = append(c.Body.Elements, textDiv(clip.Text(cc.Text, maxCardText, clip.Runes)))
 	}
 	for i, f := range cc.Fields {
 		if i == maxFields {
 			c.Body.Elements = append(c.Body.Elements, textDiv(fmt.Sprintf("… %d more", len(cc.Fields)-i)))
 			break
 		}
-		c.Body.Elements = append(c.Body.Elements, textDiv(f.Label+": "+truncate(f.Value, maxFieldText)))
+		c.Body.Elements = append(c.Body.Elements, textDiv(f.Label+": "+clip.Text(f.Value, maxFieldText, clip.Runes)))
 	}
 	if cc.Status != "" {
-		c.Body.Elements = append(c.Body.Elements, textDiv("Status: "+truncate(cc.Status, maxFieldText)))
+		c.Body.Elements = append(c.Body.Elements, textDiv("Status: "+clip.Text(cc.Status, maxFieldText, clip.Runes)))
 	}
 	if len(cc.Buttons) > 0 {
 		set := columnSet{Tag: "column_set", FlexMode: "none"}
@@ -149,7 +150,7 @@ func messageContent(m chat.Message) (msgType, content string, err error) {
 		content, err = cardContent(m)
 		return larkim.MsgTypeInteractive, content, err
 	}
-	b, err := json.Marshal(map[string]string{"text": truncate(m.Text, maxText)})
+	b, err := json.Marshal(map[string]string{"text": clip.Text(m.Text, maxText, clip.Runes)})
 	if err != nil {
 		return "", "", fmt.Errorf("feishu: render text: %w", err)
 	}
@@ -194,13 +195,4 @@ func elementID(i int, action string) string {
 		}
 	}
 	return b.String()
-}
-
-// truncate cuts s to at most n runes, marking the cut.
-func truncate(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n-1]) + "…"
 }

@@ -14,6 +14,7 @@ import (
 	larkim "github.com/larksuite/oapi-sdk-go/v3/service/im/v1"
 
 	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/internal/clip"
 )
 
 // botRetry spaces attempts to learn the bot's open_id after a failure.
@@ -224,7 +225,7 @@ func (c *Connector) onCardAction(ctx context.Context, ev *callback.CardActionTri
 }
 
 func toast(kind, text string) *callback.CardActionTriggerResponse {
-	return &callback.CardActionTriggerResponse{Toast: &callback.Toast{Type: kind, Content: truncate(text, maxToast)}}
+	return &callback.CardActionTriggerResponse{Toast: &callback.Toast{Type: kind, Content: clip.Text(text, maxToast, clip.Runes)}}
 }
 
 // call passes ev to h and waits for its answer at most the ack budget. If
@@ -260,7 +261,7 @@ func (c *Connector) call(ctx context.Context, h chat.Handler, ev chat.Event, lat
 // the event's ack never waits for the rate limiter; the uuid derived from the
 // event ID keeps a redelivered event from repeating the notice.
 func (c *Connector) notice(chatID, msgID, eventID, text string) {
-	content, err := json.Marshal(map[string]string{"text": truncate(text, maxText)})
+	content, err := json.Marshal(map[string]string{"text": clip.Text(text, maxText, clip.Runes)})
 	if err != nil {
 		return
 	}

@@ -3,12 +3,12 @@ package slack
 import (
 	"regexp"
 	"strings"
-	"unicode/utf8"
 
 	slackgo "github.com/slack-go/slack"
 	"github.com/slack-go/slack/slackutilsx"
 
 	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/internal/clip"
 )
 
 // Block Kit and message limits (docs.slack.dev, "Block Kit reference").
@@ -61,15 +61,15 @@ func Blocks(card chat.Card) []slackgo.Block {
 	if len(card.Buttons) > 0 {
 		var els []slackgo.BlockElement
 		for _, b := range card.Buttons[:min(len(card.Buttons), maxButtons)] {
-			btn := slackgo.NewButtonBlockElement(truncate(b.ActionID, maxIDLen), truncate(b.Value, maxButtonValue),
-				slackgo.NewTextBlockObject(slackgo.PlainTextType, truncate(b.Label, maxButtonLabel), false, false))
+			btn := slackgo.NewButtonBlockElement(clip.Text(b.ActionID, maxIDLen, clip.Runes), clip.Text(b.Value, maxButtonValue, clip.Runes),
+				slackgo.NewTextBlockObject(slackgo.PlainTextType, clip.Text(b.Label, maxButtonLabel, clip.Runes), false, false))
 			switch b.Style {
 			case string(slackgo.StylePrimary), string(slackgo.StyleDanger):
 				btn = btn.WithStyle(slackgo.Style(b.Style))
 			}
 			els = append(els, btn)
 		}
-		bs = append(bs, slackgo.NewActionBlock(truncate(card.BlockID, maxIDLen), els...))
+		bs = append(bs, slackgo.NewActionBlock(clip.Text(card.BlockID, maxIDLen, clip.Runes), els...))
 	}
 	if len(bs) > maxBlocks {
 		bs = bs[:maxBlocks]
@@ -109,29 +109,16 @@ var userRef = regexp.MustCompile(`\bslack:([UW][A-Z0-9]+)\b`)
 // link), then slack:U… users become mentions.
 func Mrkdwn(text string, limit int) string {
 	s := slackutilsx.EscapeMessage(text)
-	s = truncateEscaped(s, limit-len(" …"))
+	if cut := clip.Text(s, limit-1, clip.Runes); cut != s {
+		// Not in the middle of an &entity;, and " …" so that the marker
+		// does not stick to a link or a mention.
+		cut = strings.TrimSuffix(cut, clip.Marker)
+		if i := strings.LastIndexByte(cut, '&'); i >= 0 && i > len(cut)-5 && !strings.Contains(cut[i:], ";") {
+			cut = cut[:i]
+		}
+		s = cut + " " + clip.Marker
+	}
 	return userRef.ReplaceAllString(s, "<@$1>")
-}
-
-// truncate cuts s to at most n characters, marking the cut with "…".
-func truncate(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n-1]) + "…"
-}
-
-// truncateEscaped is truncate that does not cut an &entity; in half.
-func truncateEscaped(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	cut := string([]rune(s)[:n])
-	if i := strings.LastIndexByte(cut, '&'); i >= 0 && i > len(cut)-5 && !strings.Contains(cut[i:], ";") {
-		cut = cut[:i]
-	}
-	return cut + " …"
 }
 
 // slackMarkup matches Slack's inbound markup: <@U1>, <@U1|name>, <#C1|name>,

@@ -25,13 +25,13 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/delegation"
+	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 )
@@ -384,14 +384,7 @@ func promptAction(in ApprovalPromptIn) string {
 			action += ": " + string(b)
 		}
 	}
-	if len(action) > maxAction {
-		n := maxAction
-		for n > 0 && !utf8.RuneStart(action[n]) {
-			n--
-		}
-		action = action[:n] + "…"
-	}
-	return action
+	return clip.Text(action, maxAction, clip.Bytes)
 }
 
 func firstNonEmpty(s ...string) string {
