@@ -43,7 +43,7 @@ const (
 // for before it is posted; all other deliveries make no lookup.
 type Deliverer struct {
 	store      store.Store
-	connectors map[string]chat.Connector
+	connectors map[string]route // by surface
 	clock      clock.Clock
 	log        *slog.Logger
 
@@ -56,11 +56,13 @@ type Deliverer struct {
 	OnDelivered func(surface string, latency time.Duration)
 }
 
-// NewDeliverer returns a Deliverer for the given connectors.
+// NewDeliverer returns a Deliverer for the given connectors. A Fenced
+// connector is sent through with every ability of the connector it wraps,
+// each delivery attempt preceded by its claim.
 func NewDeliverer(s store.Store, c clock.Clock, log *slog.Logger, connectors ...chat.Connector) *Deliverer {
-	m := map[string]chat.Connector{}
+	m := map[string]route{}
 	for _, cn := range connectors {
-		m[cn.Surface()] = cn
+		m[cn.Surface()] = routeOf(cn)
 	}
 	return &Deliverer{store: s, connectors: m, clock: c, log: log, doubt: map[uint64]bool{}, newTerm: true}
 }
@@ -274,12 +276,12 @@ func (d *Deliverer) deliver(ctx context.Context, se store.Effect) (time.Time, bo
 		e.Message.IdempotencyKey = effectKey(e.Surface, se)
 	}
 	log := d.log.With("request_id", e.Request, "surface", e.Surface, "op", string(e.Op), "seq", se.Seq)
-	conn, ok := d.connectors[e.Surface]
+	rt, ok := d.connectors[e.Surface]
 	if !ok {
 		d.drop(ctx, se, e, fmt.Errorf("%w: no connector for surface %q", chat.ErrPermanent, e.Surface))
 		return time.Time{}, true
 	}
-	save, err := d.send(ctx, conn, e, d.finder(ctx, log, conn, se, e))
+	save, err := d.attempt(ctx, log, rt, se, e)
 	if err == nil {
 		err = d.store.Update(ctx, func(tx store.Tx) error {
 			if save != nil {
@@ -336,6 +338,17 @@ func (d *Deliverer) deliver(ctx context.Context, se store.Effect) (time.Time, bo
 		log.ErrorContext(ctx, "recording delivery failure", "error", uerr)
 	}
 	return se.NotBefore, false
+}
+
+// attempt makes one delivery attempt of effect se (decoded: e) through rt
+// and returns what to record with its ack. The claims of rt's fences come
+// first, for the whole attempt (the lookup of a post in doubt included): one
+// place, whatever the op, and every ability of the connector behind them.
+func (d *Deliverer) attempt(ctx context.Context, log *slog.Logger, rt route, se store.Effect, e Effect) (func(store.Tx) error, error) {
+	if err := rt.claim(ctx); err != nil {
+		return nil, err
+	}
+	return d.send(ctx, rt.conn, e, d.finder(ctx, log, rt.conn, se, e))
 }
 
 // findFunc looks for the post of an effect in doubt (see finder).

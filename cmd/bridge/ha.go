@@ -17,6 +17,7 @@ import (
 	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/store/bolt"
 	"github.com/roombridge/roombridge/store/etcd"
+	"github.com/roombridge/roombridge/threads"
 )
 
 // pruneEvery is how often the leader deletes what is past retention (expired
@@ -36,7 +37,7 @@ type backend struct {
 	// jobs are leader jobs of the backend itself (retention).
 	jobs []job
 	// outbound wraps the connectors the outbox sends through (HA: each
-	// send is preceded by a fenced claim).
+	// send is preceded by a fenced claim, threads.Fenced).
 	outbound func([]chat.Connector) []chat.Connector
 	close    func()
 	desc     string
@@ -91,7 +92,7 @@ func openBackend(cfg *config.Config, clk clock.Clock, log *slog.Logger) (*backen
 		outbound: func(conns []chat.Connector) []chat.Connector {
 			out := make([]chat.Connector, len(conns))
 			for i, c := range conns {
-				out[i] = claimFirst(c, st)
+				out[i] = threads.Fenced(c, claimLeadership(st))
 			}
 			return out
 		},
@@ -185,62 +186,11 @@ func purgeDedupe(ctx context.Context, s store.Store, now time.Time) (int, error)
 	}
 }
 
-// claimed is a connector whose sends each begin with a claim: an empty
-// Update of the fenced etcd store, which fails once this instance no longer
-// leads. A deposed leader (paused, partitioned) thus posts nothing after
-// etcd ended its term; at most a send already past its claim may land. The
-// failed claim is an ordinary delivery failure: the effect stays in the
-// outbox for the new leader.
-type claimed struct {
-	chat.Connector
-	store store.Store
-}
-
-// claimedDM is claimed for a connector that can also message users directly.
-type claimedDM struct {
-	claimed
-	dm chat.DirectMessenger
-}
-
-func claimFirst(c chat.Connector, s store.Store) chat.Connector {
-	cl := claimed{Connector: c, store: s}
-	if dm, ok := c.(chat.DirectMessenger); ok {
-		return &claimedDM{claimed: cl, dm: dm}
+// claimLeadership is the claim of a fenced connector (threads.Fenced): an
+// empty Update of the fenced etcd store, which fails once this instance no
+// longer leads.
+func claimLeadership(s store.Store) func(context.Context) error {
+	return func(ctx context.Context) error {
+		return s.Update(ctx, func(store.Tx) error { return nil })
 	}
-	return &cl
-}
-
-func (c *claimed) claim(ctx context.Context) error {
-	if err := c.store.Update(ctx, func(store.Tx) error { return nil }); err != nil {
-		return fmt.Errorf("%s: claim before sending: %w", c.Surface(), err)
-	}
-	return nil
-}
-
-func (c *claimed) StartThread(ctx context.Context, channel string, m chat.Message) (chat.ThreadRef, chat.MessageRef, error) {
-	if err := c.claim(ctx); err != nil {
-		return chat.ThreadRef{}, chat.MessageRef{}, err
-	}
-	return c.Connector.StartThread(ctx, channel, m)
-}
-
-func (c *claimed) Reply(ctx context.Context, t chat.ThreadRef, m chat.Message) (chat.MessageRef, error) {
-	if err := c.claim(ctx); err != nil {
-		return chat.MessageRef{}, err
-	}
-	return c.Connector.Reply(ctx, t, m)
-}
-
-func (c *claimed) Update(ctx context.Context, ref chat.MessageRef, m chat.Message) error {
-	if err := c.claim(ctx); err != nil {
-		return err
-	}
-	return c.Connector.Update(ctx, ref, m)
-}
-
-func (c *claimedDM) Direct(ctx context.Context, user string, m chat.Message) (chat.MessageRef, error) {
-	if err := c.claim(ctx); err != nil {
-		return chat.MessageRef{}, err
-	}
-	return c.dm.Direct(ctx, user, m)
 }
