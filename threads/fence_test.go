@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/roombridge/roombridge/chat"
@@ -116,18 +117,35 @@ func TestFencedKeepsAbilities(t *testing.T) {
 	}
 }
 
-// claims counts claims and fails them while failing is set.
+// claims counts claims and fails them while failing is set (threads are
+// delivered in parallel: claims come from several goroutines).
 type claims struct {
+	mu      sync.Mutex
 	n       int
 	failing bool
 }
 
 func (c *claims) claim(context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.n++
 	if c.failing {
 		return errors.New("not the leader")
 	}
 	return nil
+}
+
+// set makes the next claims fail or not, and counts them from 0.
+func (c *claims) set(failing bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n, c.failing = 0, failing
+}
+
+func (c *claims) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
 }
 
 // TestFencedClaimsEverySend: every delivery attempt through a fence, of
@@ -136,32 +154,33 @@ func (c *claims) claim(context.Context) error {
 // edited, and the effects wait in the outbox, in order.
 func TestFencedClaimsEverySend(t *testing.T) {
 	f := newDoubtFixture(t)
-	cl := &claims{failing: true}
+	cl := &claims{}
+	cl.set(true)
 	d := threads.NewDeliverer(f.db, f.clk, f.log, threads.Fenced(f.b, cl.claim))
 	f.enqueue(parent("R1"))
 	f.enqueue(threads.Effect{Op: threads.OpDirect, Request: "R2", User: "U9",
 		Message: chat.Message{Request: "R2", Kind: "approval", Text: "decide?"}})
 	f.round(d)
-	if cl.n != 2 || len(f.b.texts()) != 0 || f.b.lookupCount() != 0 {
-		t.Fatalf("failing claims: %d claims, posts %q, %d lookups; want 2, none, 0", cl.n, f.b.texts(), f.b.lookupCount())
+	if n := cl.count(); n != 2 || len(f.b.texts()) != 0 || f.b.lookupCount() != 0 {
+		t.Fatalf("failing claims: %d claims, posts %q, %d lookups; want 2, none, 0", n, f.b.texts(), f.b.lookupCount())
 	}
 	if n := pendingEffects(t, f.db); n != 2 {
 		t.Fatalf("%d effects pending, want 2", n)
 	}
 
-	cl.failing, cl.n = false, 0
+	cl.set(false)
 	f.round(d) // both in doubt now (a failed attempt may have posted): looked up, then posted
 	f.enqueue(reply("R1", "hello"), status("R1", "done"))
 	f.round(d)
 	if got := f.b.texts(); !slices.Equal(slices.Sorted(slices.Values(got)), []string{"R1", "decide?", "hello"}) || len(f.b.updates) != 1 {
 		t.Errorf("posts %q, updates %q: want the parent, the DM and the reply once, one edit", got, f.b.updates)
 	}
-	if cl.n != 4 || f.b.lookupCount() != 2 {
-		t.Errorf("%d claims and %d lookups, want 4 (one per effect) and 2 (the effects in doubt)", cl.n, f.b.lookupCount())
+	if n := cl.count(); n != 4 || f.b.lookupCount() != 2 {
+		t.Errorf("%d claims and %d lookups, want 4 (one per effect) and 2 (the effects in doubt)", n, f.b.lookupCount())
 	}
 
 	// Used as a plain connector, the fence claims too.
-	cl.failing = true
+	cl.set(true)
 	fc := threads.Fenced(f.b, cl.claim)
 	if _, err := fc.Reply(context.Background(), chat.ThreadRef{Surface: surface, Channel: "C1", ID: "m1"}, chat.Message{Text: "late"}); err == nil {
 		t.Error("a Reply through a failing fence succeeded")
