@@ -1,12 +1,14 @@
 // Package chat holds the platform-neutral types of chat surfaces (inbound
 // events, messages, cards, buttons, thread references) and the Connector
-// interface through which the core talks to Slack, Feishu and the console.
+// interface through which the core talks to Slack, Feishu and the console,
+// with the delivery contract between the outbox and the connectors (the
+// optional Finder, Lookup, ErrPermanent, RetryAfterError: delivery.go).
+// Connectors import chat, never the core packages that use it.
 package chat
 
 import (
 	"context"
 	"fmt"
-	"time"
 )
 
 // Surfaces.
@@ -169,17 +171,3 @@ type DirectMessenger interface {
 	// Direct posts m to user (the surface's user ID, without the prefix).
 	Direct(ctx context.Context, user string, m Message) (MessageRef, error)
 }
-
-// RetryAfterError is returned by a Connector when the platform asked it to
-// wait (HTTP 429 Retry-After, Feishu's x-ogw-ratelimit-reset): the outbox
-// retries the effect after After, not after its usual back-off.
-type RetryAfterError struct {
-	After time.Duration
-	Err   error
-}
-
-func (e *RetryAfterError) Error() string {
-	return fmt.Sprintf("rate limited, retry after %s: %v", e.After, e.Err)
-}
-
-func (e *RetryAfterError) Unwrap() error { return e.Err }

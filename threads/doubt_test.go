@@ -21,14 +21,14 @@ import (
 )
 
 // board is a fake platform without idempotency keys that can look up its
-// posts by key (a threads.Finder, like Slack with message metadata). A post
+// posts by key (a chat.Finder, like Slack with message metadata). A post
 // can go out and have its answer lost, like a post Slack took just before
 // the bridge stopped.
 type board struct {
 	mu      sync.Mutex
 	n       int
 	posts   []post           // every post that went out
-	lookups []threads.Lookup // every lookup
+	lookups []chat.Lookup    // every lookup
 	lose    map[string]bool  // text → posted, but the answer is lost
 	fail    map[string]error // text → not posted: this error (once)
 	findErr []error          // what the next lookups fail with
@@ -88,7 +88,7 @@ func (b *board) Update(_ context.Context, ref chat.MessageRef, m chat.Message) e
 	return nil
 }
 
-func (b *board) FindPosted(_ context.Context, l threads.Lookup) (chat.MessageRef, bool, error) {
+func (b *board) FindPosted(_ context.Context, l chat.Lookup) (chat.MessageRef, bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.lookups = append(b.lookups, l)

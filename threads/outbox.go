@@ -16,10 +16,6 @@ import (
 	"github.com/roombridge/roombridge/store"
 )
 
-// ErrPermanent marks a delivery error that no retry can fix (the effect is
-// dropped with an audit record).
-var ErrPermanent = errors.New("permanent delivery error")
-
 // Back-off after a failed delivery: doubling from minBackoff, capped at
 // maxBackoff. Rate limits are honoured inside the connectors; this back-off is
 // for outages and unexpected errors.
@@ -31,35 +27,6 @@ const (
 	// parallelQueues bounds how many threads are delivered to at once.
 	parallelQueues = 8
 )
-
-// Finder is a Connector whose platform takes no idempotency key (Slack):
-// each of its posts carries the message's IdempotencyKey (Slack: in the
-// message metadata), and FindPosted looks for it. Before the outbox posts an
-// effect in doubt (one that may have been posted without being recorded), it
-// asks; a message found is recorded exactly as if it had just been posted,
-// and nothing is posted.
-type Finder interface {
-	// FindPosted returns the message posted with l.Key where l says, or
-	// false. A thread parent found also names its thread: the thread's ID is
-	// the parent's message ID.
-	FindPosted(ctx context.Context, l Lookup) (chat.MessageRef, bool, error)
-}
-
-// Lookup is a post to look for: its key, when its effect was enqueued, and
-// where it would be (Channel, Thread or User).
-type Lookup struct {
-	// Key is the message's IdempotencyKey.
-	Key string
-	// Since is when the effect was enqueued (wall clock): the post is not
-	// older (give or take the clocks' skew). Zero: unknown.
-	Since time.Time
-	// Channel: a top-level message of this channel (a thread's parent).
-	Channel string
-	// Thread: a reply in this thread.
-	Thread *chat.ThreadRef
-	// User: a direct message to this user (the surface's user ID).
-	User string
-}
 
 // Deliverer sends outbox effects through the connectors: in order within a
 // thread, threads in parallel, each success recorded (message refs saved,
@@ -76,7 +43,7 @@ type Lookup struct {
 // for before it is posted; all other deliveries make no lookup.
 type Deliverer struct {
 	store      store.Store
-	connectors map[string]chat.Connector
+	connectors map[string]route // by surface
 	clock      clock.Clock
 	log        *slog.Logger
 
@@ -89,11 +56,13 @@ type Deliverer struct {
 	OnDelivered func(surface string, latency time.Duration)
 }
 
-// NewDeliverer returns a Deliverer for the given connectors.
+// NewDeliverer returns a Deliverer for the given connectors. A Fenced
+// connector is sent through with every ability of the connector it wraps,
+// each delivery attempt preceded by its claim.
 func NewDeliverer(s store.Store, c clock.Clock, log *slog.Logger, connectors ...chat.Connector) *Deliverer {
-	m := map[string]chat.Connector{}
+	m := map[string]route{}
 	for _, cn := range connectors {
-		m[cn.Surface()] = cn
+		m[cn.Surface()] = routeOf(cn)
 	}
 	return &Deliverer{store: s, connectors: m, clock: c, log: log, doubt: map[uint64]bool{}, newTerm: true}
 }
@@ -300,19 +269,19 @@ func effectKey(surface string, se store.Effect) string {
 func (d *Deliverer) deliver(ctx context.Context, se store.Effect) (time.Time, bool) {
 	var e Effect
 	if err := json.Unmarshal(se.Payload, &e); err != nil {
-		d.drop(ctx, se, e, fmt.Errorf("%w: undecodable effect: %v", ErrPermanent, err))
+		d.drop(ctx, se, e, fmt.Errorf("%w: undecodable effect: %v", chat.ErrPermanent, err))
 		return time.Time{}, true
 	}
 	if e.Message.IdempotencyKey == "" {
 		e.Message.IdempotencyKey = effectKey(e.Surface, se)
 	}
 	log := d.log.With("request_id", e.Request, "surface", e.Surface, "op", string(e.Op), "seq", se.Seq)
-	conn, ok := d.connectors[e.Surface]
+	rt, ok := d.connectors[e.Surface]
 	if !ok {
-		d.drop(ctx, se, e, fmt.Errorf("%w: no connector for surface %q", ErrPermanent, e.Surface))
+		d.drop(ctx, se, e, fmt.Errorf("%w: no connector for surface %q", chat.ErrPermanent, e.Surface))
 		return time.Time{}, true
 	}
-	save, err := d.send(ctx, conn, e, d.finder(ctx, log, conn, se, e))
+	save, err := d.attempt(ctx, log, rt, se, e)
 	if err == nil {
 		err = d.store.Update(ctx, func(tx store.Tx) error {
 			if save != nil {
@@ -330,7 +299,7 @@ func (d *Deliverer) deliver(ctx context.Context, se store.Effect) (time.Time, bo
 			return time.Time{}, true
 		}
 	}
-	if errors.Is(err, ErrPermanent) {
+	if errors.Is(err, chat.ErrPermanent) {
 		d.drop(ctx, se, e, err)
 		return time.Time{}, true
 	}
@@ -371,8 +340,19 @@ func (d *Deliverer) deliver(ctx context.Context, se store.Effect) (time.Time, bo
 	return se.NotBefore, false
 }
 
+// attempt makes one delivery attempt of effect se (decoded: e) through rt
+// and returns what to record with its ack. The claims of rt's fences come
+// first, for the whole attempt (the lookup of a post in doubt included): one
+// place, whatever the op, and every ability of the connector behind them.
+func (d *Deliverer) attempt(ctx context.Context, log *slog.Logger, rt route, se store.Effect, e Effect) (func(store.Tx) error, error) {
+	if err := rt.claim(ctx); err != nil {
+		return nil, err
+	}
+	return d.send(ctx, rt.conn, e, d.finder(ctx, log, rt.conn, se, e))
+}
+
 // findFunc looks for the post of an effect in doubt (see finder).
-type findFunc func(Lookup) (chat.MessageRef, bool, error)
+type findFunc func(chat.Lookup) (chat.MessageRef, bool, error)
 
 // finder returns how send looks for the post of effect se before it posts:
 // through conn's Finder when se is in doubt, else not at all. A lookup that
@@ -380,11 +360,11 @@ type findFunc func(Lookup) (chat.MessageRef, bool, error)
 // once), except for a rate limit or the end of ctx, which delay the delivery
 // (the lookup is made again at the next attempt).
 func (d *Deliverer) finder(ctx context.Context, log *slog.Logger, conn chat.Connector, se store.Effect, e Effect) findFunc {
-	f, ok := conn.(Finder)
+	f, ok := conn.(chat.Finder)
 	if !ok || !d.inDoubt(se.Seq) {
-		return func(Lookup) (chat.MessageRef, bool, error) { return chat.MessageRef{}, false, nil }
+		return func(chat.Lookup) (chat.MessageRef, bool, error) { return chat.MessageRef{}, false, nil }
 	}
-	return func(l Lookup) (chat.MessageRef, bool, error) {
+	return func(l chat.Lookup) (chat.MessageRef, bool, error) {
 		l.Key, l.Since = e.Message.IdempotencyKey, se.Created
 		ref, found, err := f.FindPosted(ctx, l)
 		var ra *chat.RetryAfterError
@@ -420,7 +400,7 @@ func (d *Deliverer) send(ctx context.Context, conn chat.Connector, e Effect, fin
 		if exists {
 			return nil, nil // the parent was posted and recorded: never post it again
 		}
-		mref, found, err := find(Lookup{Channel: e.Channel})
+		mref, found, err := find(chat.Lookup{Channel: e.Channel})
 		var tref chat.ThreadRef
 		switch {
 		case err != nil:
@@ -446,11 +426,11 @@ func (d *Deliverer) send(ctx context.Context, conn chat.Connector, e Effect, fin
 			return err
 		}); err != nil {
 			if isNotFound(err) {
-				return nil, fmt.Errorf("%w: %s has no thread on %s", ErrPermanent, e.Request, e.Surface)
+				return nil, fmt.Errorf("%w: %s has no thread on %s", chat.ErrPermanent, e.Request, e.Surface)
 			}
 			return nil, err
 		}
-		mref, found, err := find(Lookup{Thread: &tref})
+		mref, found, err := find(chat.Lookup{Thread: &tref})
 		if err == nil && !found {
 			mref, err = conn.Reply(ctx, tref, e.Message)
 		}
@@ -466,7 +446,7 @@ func (d *Deliverer) send(ctx context.Context, conn chat.Connector, e Effect, fin
 			return err
 		}); err != nil {
 			if isNotFound(err) {
-				return nil, fmt.Errorf("%w: no message %s on %s", ErrPermanent, e.Ref, e.Surface)
+				return nil, fmt.Errorf("%w: no message %s on %s", chat.ErrPermanent, e.Ref, e.Surface)
 			}
 			return nil, err
 		}
@@ -474,9 +454,9 @@ func (d *Deliverer) send(ctx context.Context, conn chat.Connector, e Effect, fin
 	case OpDirect:
 		dm, ok := conn.(chat.DirectMessenger)
 		if !ok {
-			return nil, fmt.Errorf("%w: %s cannot send direct messages", ErrPermanent, e.Surface)
+			return nil, fmt.Errorf("%w: %s cannot send direct messages", chat.ErrPermanent, e.Surface)
 		}
-		mref, found, err := find(Lookup{User: e.User})
+		mref, found, err := find(chat.Lookup{User: e.User})
 		if err == nil && !found {
 			mref, err = dm.Direct(ctx, e.User, e.Message)
 		}
@@ -485,7 +465,7 @@ func (d *Deliverer) send(ctx context.Context, conn chat.Connector, e Effect, fin
 		}
 		return func(tx store.Tx) error { return saveMessageRef(tx, e.Surface, e.Save, mref) }, nil
 	}
-	return nil, fmt.Errorf("%w: unknown op %q", ErrPermanent, e.Op)
+	return nil, fmt.Errorf("%w: unknown op %q", chat.ErrPermanent, e.Op)
 }
 
 // drop removes an effect that can never be delivered, with an audit record.

@@ -1,6 +1,7 @@
 // Package threads renders requests into thread titles, status lines and cards,
 // and delivers the outbox: effects in order per thread, status edits
-// coalesced, each recorded as delivered in the store.
+// coalesced, each recorded as delivered in the store; in HA through Fenced
+// connectors, each send preceded by a claim of leadership.
 package threads
 
 import (

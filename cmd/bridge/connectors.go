@@ -31,7 +31,7 @@ func connectorsFor(cfg *config.Config, log *slog.Logger) ([]chat.Connector, erro
 		conns = append(conns, c)
 	}
 	if f := cfg.Feishu; f != nil {
-		c, err := feishu.FromConfig(f, log)
+		c, err := feishuConnector(f, log)
 		if err != nil {
 			return nil, err
 		}
@@ -57,4 +57,22 @@ func slackConnector(s *config.Slack, log *slog.Logger) (*slack.Connector, error)
 	}
 	return slack.New(slack.Options{Mode: s.Mode, BotToken: bot, AppToken: app, SigningSecret: secret,
 		APIURL: s.APIURL, BroadcastFinal: s.BroadcastFinal, Log: log})
+}
+
+// feishuConnector builds the Feishu connector from the feishu section.
+func feishuConnector(f *config.Feishu, log *slog.Logger) (*feishu.Connector, error) {
+	secret, err := config.Secret("feishu.app_secret", f.AppSecret, f.AppSecretFile)
+	if err != nil {
+		return nil, err
+	}
+	token, err := config.Secret("feishu.verification_token", f.VerificationToken, f.VerificationTokenFile)
+	if err != nil {
+		return nil, err
+	}
+	key, err := config.Secret("feishu.encrypt_key", f.EncryptKey, f.EncryptKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	return feishu.New(feishu.Options{Mode: f.Mode, AppID: f.AppID, AppSecret: secret, VerificationToken: token,
+		EncryptKey: key, BaseURL: f.BaseURL, Log: log})
 }

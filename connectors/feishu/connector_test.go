@@ -14,7 +14,6 @@ import (
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/connectors/feishu"
 	"github.com/roombridge/roombridge/connectors/feishu/feishutest"
-	"github.com/roombridge/roombridge/threads"
 )
 
 // recorder is a chat.Handler that records events and answers with a
@@ -144,12 +143,12 @@ func TestRefusedSendIsPermanent(t *testing.T) {
 	b := newBare(t, nil)
 	_, err := b.conn.Reply(b.ctx(), chat.ThreadRef{Surface: chat.Feishu, Channel: chatID, ID: "om_unknown"},
 		chat.Message{Text: "hello"})
-	if !errors.Is(err, threads.ErrPermanent) {
+	if !errors.Is(err, chat.ErrPermanent) {
 		t.Errorf("reply to an unknown message: %v, want ErrPermanent", err)
 	}
 	b.fake.FailNext(feishutest.RouteCreate, http.StatusBadGateway, 500, 0)
 	_, _, err = b.conn.StartThread(b.ctx(), chatID, chat.Message{Text: "hi"})
-	if err == nil || errors.Is(err, threads.ErrPermanent) {
+	if err == nil || errors.Is(err, chat.ErrPermanent) {
 		t.Errorf("send after a 502: %v, want a transient error", err)
 	}
 }

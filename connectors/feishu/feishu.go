@@ -10,7 +10,7 @@
 // under Feishu's rate limits, sends every message with a uuid derived from the
 // effect's idempotency key (so Feishu drops a retried send too), and maps
 // Feishu's answers to errors the outbox understands: chat.RetryAfterError for
-// 429/99991400 (after x-ogw-ratelimit-reset), threads.ErrPermanent for a
+// 429/99991400 (after x-ogw-ratelimit-reset), chat.ErrPermanent for a
 // request Feishu refuses.
 package feishu
 
@@ -37,9 +37,7 @@ import (
 
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
-	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/connectors/ratelimit"
-	"github.com/roombridge/roombridge/threads"
 )
 
 // Modes of receiving events.
@@ -203,25 +201,6 @@ func New(o Options) (*Connector, error) {
 		OnP2CardActionTrigger(c.onCardAction)
 	c.disp.InitConfig(larkevent.WithLogger(sdkLog), larkevent.WithLogLevel(larkcore.LogLevelWarn))
 	return c, nil
-}
-
-// FromConfig builds the connector of the config's feishu section, reading
-// secrets from their *_file keys where given.
-func FromConfig(f *config.Feishu, log *slog.Logger) (*Connector, error) {
-	secret, err := config.Secret("feishu.app_secret", f.AppSecret, f.AppSecretFile)
-	if err != nil {
-		return nil, err
-	}
-	token, err := config.Secret("feishu.verification_token", f.VerificationToken, f.VerificationTokenFile)
-	if err != nil {
-		return nil, err
-	}
-	key, err := config.Secret("feishu.encrypt_key", f.EncryptKey, f.EncryptKeyFile)
-	if err != nil {
-		return nil, err
-	}
-	return New(Options{Mode: f.Mode, AppID: f.AppID, AppSecret: secret, VerificationToken: token,
-		EncryptKey: key, BaseURL: f.BaseURL, Log: log})
 }
 
 // spacing is the gap between the end of one call and the start of the next
@@ -428,7 +407,7 @@ func (c *Connector) apiError(op string, resp *larkcore.ApiResp, ce larkcore.Code
 
 // classify turns an Open API answer into the error the outbox acts on: nil,
 // a *chat.RetryAfterError (rate limited: retry after exactly the reset
-// Feishu names), an error wrapping threads.ErrPermanent (Feishu refused the
+// Feishu names), an error wrapping chat.ErrPermanent (Feishu refused the
 // request itself: retrying cannot help), or a plain transient error.
 func classify(op string, resp *larkcore.ApiResp, ce larkcore.CodeError, err error) error {
 	if err != nil {
@@ -455,7 +434,7 @@ func classify(op string, resp *larkcore.ApiResp, ce larkcore.CodeError, err erro
 	case status >= 500 || tokenCodes[ce.Code]:
 		return cause
 	default:
-		return fmt.Errorf("%w: %w", threads.ErrPermanent, cause)
+		return fmt.Errorf("%w: %w", chat.ErrPermanent, cause)
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	slackgo "github.com/slack-go/slack"
 
 	"github.com/roombridge/roombridge/chat"
-	"github.com/roombridge/roombridge/threads"
 )
 
 // metadataType is the event_type of the metadata each post carries; its
@@ -31,7 +30,7 @@ func keyMetadata(key string) slackgo.SlackMetadata {
 	return slackgo.SlackMetadata{EventType: metadataType, EventPayload: map[string]any{"key": key}}
 }
 
-// FindPosted implements threads.Finder: it looks for the message posted with
+// FindPosted implements chat.Finder: it looks for the message posted with
 // l.Key (in its metadata) among the replies of l.Thread
 // (conversations.replies), or the top-level messages of l.Channel or of the
 // direct messages with l.User (conversations.history), since shortly before
@@ -39,7 +38,7 @@ func keyMetadata(key string) slackgo.SlackMetadata {
 // app-wide Tier 3 budget; Slack's 429 is a *chat.RetryAfterError. It needs
 // the bot's *:history scopes (channels, groups, im); without them it fails
 // (missing_scope) and the outbox posts as it did before lookups.
-func (c *Connector) FindPosted(ctx context.Context, l threads.Lookup) (chat.MessageRef, bool, error) {
+func (c *Connector) FindPosted(ctx context.Context, l chat.Lookup) (chat.MessageRef, bool, error) {
 	if l.Key == "" {
 		return chat.MessageRef{}, false, nil
 	}

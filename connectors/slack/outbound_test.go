@@ -211,8 +211,8 @@ func TestErrorsForTheOutbox(t *testing.T) {
 	} {
 		tc.fail()
 		_, _, err := c.StartThread(ctx, channel, msg)
-		if err == nil || errors.As(err, &ra) || errors.Is(err, threads.ErrPermanent) != tc.permanent {
-			t.Errorf("%v: permanent=%v, want %v", err, errors.Is(err, threads.ErrPermanent), tc.permanent)
+		if err == nil || errors.As(err, &ra) || errors.Is(err, chat.ErrPermanent) != tc.permanent {
+			t.Errorf("%v: permanent=%v, want %v", err, errors.Is(err, chat.ErrPermanent), tc.permanent)
 		}
 	}
 

@@ -22,7 +22,7 @@
 //
 // Slack takes no idempotency key on a post, so every post carries its
 // message's key in the message metadata, and the connector is a
-// threads.Finder: the outbox asks it whether a post in doubt (sent, perhaps,
+// chat.Finder: the outbox asks it whether a post in doubt (sent, perhaps,
 // by a process that stopped before recording it) is already there, and
 // records it instead of posting it twice.
 package slack
@@ -44,7 +44,6 @@ import (
 
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/connectors/ratelimit"
-	"github.com/roombridge/roombridge/threads"
 )
 
 // Modes of receiving events.
@@ -185,7 +184,7 @@ type Connector struct {
 
 var (
 	_ chat.DirectMessenger = (*Connector)(nil)
-	_ threads.Finder       = (*Connector)(nil)
+	_ chat.Finder          = (*Connector)(nil)
 )
 
 // New returns a connector. It checks the options but makes no call to Slack
@@ -420,7 +419,7 @@ func (c *Connector) report(err error) {
 }
 
 // classify turns a Web API error into what the outbox understands: a
-// *chat.RetryAfterError for HTTP 429 with Retry-After, threads.ErrPermanent
+// *chat.RetryAfterError for HTTP 429 with Retry-After, chat.ErrPermanent
 // for requests Slack will never accept, and a plain error (retried with
 // back-off) for everything else: 5xx, network errors, auth errors.
 func classify(method string, err error) error {
@@ -434,7 +433,7 @@ func classify(method string, err error) error {
 	}
 	var se slackgo.SlackErrorResponse
 	if errors.As(err, &se) && slices.Contains(permanentErrors, se.Err) {
-		return fmt.Errorf("%w: %w", threads.ErrPermanent, err)
+		return fmt.Errorf("%w: %w", chat.ErrPermanent, err)
 	}
 	return err
 }
