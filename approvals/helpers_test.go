@@ -13,6 +13,7 @@ import (
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/rooms"
 	"github.com/roombridge/roombridge/store"
@@ -67,17 +68,17 @@ func newEnv(t *testing.T) *env {
 	clk := clock.NewFake(t0)
 	rs := testRooms()
 	svc := requests.NewService(db, clk, "acme", []string{owner, owner2})
-	th := threads.New(rs, chat.Slack, chat.Feishu)
+	roomDir := directory.New(rs, []string{owner, owner2}, chat.Slack, chat.Feishu)
+	th := threads.New(roomDir)
 	svc.Observe(th.Observe)
-	appr := approvals.New(approvals.Options{Requests: svc, Rooms: rs, TTL: 24 * time.Hour, Threads: th,
-		Surfaces: []string{chat.Slack, chat.Feishu}})
+	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, TTL: 24 * time.Hour, Threads: th})
 	svc.Observe(appr.Observe)
 	sw, err := ttl.New(ttl.Options{Clock: clk}, appr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &env{t: t, ctx: context.Background(), db: db, clk: clk, svc: svc, appr: appr, sweep: sw,
-		router: rooms.New(svc, appr, rs, slog.New(slog.DiscardHandler))}
+		router: rooms.New(svc, appr, roomDir, nil, slog.New(slog.DiscardHandler))}
 }
 
 // ask makes a request by user in room (pending unless user is an owner).

@@ -20,6 +20,7 @@ import (
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/delegation"
+	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/rooms"
 	"github.com/roombridge/roombridge/store"
@@ -69,15 +70,16 @@ func newEnvTimeout(t *testing.T, caps map[string]int, timeout time.Duration) *en
 	ctx, cancel := context.WithCancel(context.Background())
 	rs := []config.Room{{Name: "main", Console: true, Agents: []string{"coder", "reviewer"}}}
 	svc := requests.NewService(db, clock.Real{}, "acme", []string{alice})
-	th := threads.New(rs, chat.Console)
+	roomDir := directory.New(rs, []string{alice}, chat.Console)
+	th := threads.New(roomDir)
 	th.SetRequests(svc)
 	svc.Observe(th.Observe)
-	appr := approvals.New(approvals.Options{Requests: svc, Rooms: rs, TTL: time.Hour, Threads: th, Surfaces: []string{chat.Console}})
+	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, TTL: time.Hour, Threads: th})
 	svc.Observe(appr.Observe)
 	del := delegation.New(delegation.Options{Requests: svc, Agents: []string{"coder", "reviewer"}, MaxTasks: caps, Workdir: dir, Threads: th,
 		RendezvousTimeout: timeout})
 	svc.Observe(del.Observe)
-	e := &env{t: t, ctx: ctx, db: db, svc: svc, router: rooms.New(svc, appr, rs, nil), del: del, log: filepath.Join(dir, "demo.log")}
+	e := &env{t: t, ctx: ctx, db: db, svc: svc, router: rooms.New(svc, appr, roomDir, del, nil), del: del, log: filepath.Join(dir, "demo.log")}
 	rt := func() *agents.Exec {
 		return &agents.Exec{Command: []string{os.Args[0]}, Env: []string{helperEnv + "=demo",
 			"GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"), "DEMO_AGENT_LOG=" + e.log},

@@ -16,6 +16,7 @@ import (
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/delegation"
+	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/rooms"
 	"github.com/roombridge/roombridge/store/bolt"
@@ -63,17 +64,18 @@ func (l *lives) start(coder agents.Runtime) {
 	t.Helper()
 	rs := []config.Room{{Name: "main", Console: true, Agents: []string{"coder", "reviewer"}}}
 	svc := requests.NewService(l.db, clock.Real{}, "acme", []string{alice})
-	th := threads.New(rs, chat.Console)
+	roomDir := directory.New(rs, []string{alice}, chat.Console)
+	th := threads.New(roomDir)
 	th.SetRequests(svc)
 	svc.Observe(th.Observe)
-	appr := approvals.New(approvals.Options{Requests: svc, Rooms: rs, TTL: time.Hour, Threads: th, Surfaces: []string{chat.Console}})
+	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, TTL: time.Hour, Threads: th})
 	svc.Observe(appr.Observe)
 	del := delegation.New(delegation.Options{Requests: svc, Agents: []string{"coder", "reviewer"}, Workdir: t.TempDir(), Threads: th})
 	svc.Observe(del.Observe)
 	if err := del.Recover(l.ctx); err != nil {
 		t.Fatal(err)
 	}
-	l.svc, l.del, l.appr, l.router = svc, del, appr, rooms.New(svc, appr, rs, nil)
+	l.svc, l.del, l.appr, l.router = svc, del, appr, rooms.New(svc, appr, roomDir, del, nil)
 	if coder == nil {
 		coder = l.demo()
 	}

@@ -21,9 +21,9 @@ import (
 	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
-	"github.com/roombridge/roombridge/connectors/console"
 	"github.com/roombridge/roombridge/delegation"
 	"github.com/roombridge/roombridge/delegation/mcptools"
+	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/httpapi"
 	"github.com/roombridge/roombridge/metrics"
 	"github.com/roombridge/roombridge/requests"
@@ -125,13 +125,14 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	}
 	svc.Observe(met.Observe)
 	reportAPIErrors(conns, met.APIErrors)
-	th := threads.New(cfg.Rooms, surfaces...)
+	dir := directory.New(cfg.Rooms, cfg.Owners, surfaces...)
+	th := threads.New(dir)
 	th.SetRequests(svc) // a delegated request's title names the agent that asked
 	svc.Observe(th.Observe)
 	// After the threads observer: an approval card is a reply in the thread
 	// that the threads observer starts.
-	appr := approvals.New(approvals.Options{Requests: svc, Rooms: cfg.Rooms, TTL: cfg.Approvals.TTL,
-		Threads: th, Surfaces: surfaces, Log: log})
+	appr := approvals.New(approvals.Options{Requests: svc, Rooms: dir, TTL: cfg.Approvals.TTL,
+		Threads: th, Log: log})
 	svc.Observe(appr.Observe)
 	caps := map[string]int{}
 	for name, a := range cfg.Agents {
@@ -144,13 +145,7 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 		RendezvousTimeout: cfg.Delegation.RendezvousTimeout,
 		Workdir:           cfg.DataDir, Threads: th, Log: log})
 	svc.Observe(del.Observe)
-	for _, c := range conns {
-		if cc, ok := c.(*console.Connector); ok {
-			cc.Tasks = del.RunningText   // the console's "tasks" command
-			cc.Dismiss = del.DismissText // and its "dismiss ID"
-		}
-	}
-	router := rooms.New(svc, appr, cfg.Rooms, log)
+	router := rooms.New(svc, appr, dir, del, log) // del: the "tasks" and "dismiss" commands
 	router.OnInbound = met.Inbound
 	// The sweeper expires approvals and times out rendezvous (if
 	// delegation has a rendezvous timeout).

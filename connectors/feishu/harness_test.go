@@ -25,6 +25,7 @@ import (
 	"github.com/roombridge/roombridge/connectors/feishu/feishutest"
 	"github.com/roombridge/roombridge/connectors/slack"
 	"github.com/roombridge/roombridge/connectors/slack/slacktest"
+	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/internal/syncbuf"
 	"github.com/roombridge/roombridge/internal/testbin"
 	"github.com/roombridge/roombridge/requests"
@@ -136,11 +137,12 @@ func (h *harness) start() {
 		surfaces = append(surfaces, chat.Slack)
 	}
 	svc := requests.NewService(db, clk, "acme", []string{"feishu:" + owner})
-	th := threads.New(h.rooms, surfaces...)
+	roomDir := directory.New(h.rooms, []string{"feishu:" + owner}, surfaces...)
+	th := threads.New(roomDir)
 	svc.Observe(th.Observe)
-	appr := approvals.New(approvals.Options{Requests: svc, Rooms: h.rooms, Threads: th, Surfaces: surfaces, Log: h.log})
+	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, Threads: th, Log: h.log})
 	svc.Observe(appr.Observe)
-	router := rooms.New(svc, appr, h.rooms, h.log)
+	router := rooms.New(svc, appr, roomDir, nil, h.log)
 	opts := feishu.Options{Mode: h.s.mode, AppID: h.appID, AppSecret: appSecret, VerificationToken: vtoken,
 		EncryptKey: encryptKey, BaseURL: h.fake.URL(), Log: h.log}
 	if h.s.conn != nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/connectors/slack"
 	"github.com/roombridge/roombridge/connectors/slack/slacktest"
+	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/rooms"
 	"github.com/roombridge/roombridge/store"
@@ -138,12 +139,12 @@ func (h *harness) start() {
 	}
 	clk := clock.Real{}
 	svc := requests.NewService(db, clk, "acme", []string{"slack:" + owner})
-	th := threads.New(h.rooms, chat.Slack)
+	roomDir := directory.New(h.rooms, []string{"slack:" + owner}, chat.Slack)
+	th := threads.New(roomDir)
 	svc.Observe(th.Observe)
-	appr := approvals.New(approvals.Options{Requests: svc, Rooms: h.rooms, Threads: th,
-		Surfaces: []string{chat.Slack}, Log: h.log})
+	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, Threads: th, Log: h.log})
 	svc.Observe(appr.Observe)
-	router := rooms.New(svc, appr, h.rooms, h.log)
+	router := rooms.New(svc, appr, roomDir, nil, h.log)
 	opts := slack.Options{Mode: h.s.mode, BotToken: slacktest.DefaultBotToken, AppToken: slacktest.DefaultAppToken,
 		SigningSecret: secret, APIURL: h.fake.APIURL(), Log: h.log, PingInterval: time.Hour}
 	if h.s.wrapHTTP != nil {
