@@ -25,6 +25,7 @@ import (
 	"github.com/roombridge/roombridge/connectors/feishu/feishutest"
 	"github.com/roombridge/roombridge/connectors/slack"
 	"github.com/roombridge/roombridge/connectors/slack/slacktest"
+	"github.com/roombridge/roombridge/delegation"
 	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/internal/syncbuf"
 	"github.com/roombridge/roombridge/internal/testbin"
@@ -86,6 +87,7 @@ type harness struct {
 
 	db     *bolt.DB
 	svc    *requests.Service
+	del    *delegation.Service
 	appr   *approvals.Service
 	router *rooms.Router
 	conn   *feishu.Connector
@@ -142,7 +144,9 @@ func (h *harness) start() {
 	svc.Observe(th.Observe)
 	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, Threads: th, Log: h.log})
 	svc.Observe(appr.Observe)
-	router := rooms.New(svc, appr, roomDir, nil, h.log)
+	del := delegation.New(delegation.Options{Requests: svc, Agents: []string{"coder"}, Workdir: h.dir, Threads: th, Log: h.log})
+	svc.Observe(del.Observe)
+	router := rooms.New(svc, appr, roomDir, del, h.log)
 	opts := feishu.Options{Mode: h.s.mode, AppID: h.appID, AppSecret: appSecret, VerificationToken: vtoken,
 		EncryptKey: encryptKey, BaseURL: h.fake.URL(), Log: h.log}
 	if h.s.conn != nil {
@@ -163,6 +167,7 @@ func (h *harness) start() {
 	}
 	sched := agents.NewScheduler(svc, th, h.log, agents.Agent{Name: "coder", Runtime: &agents.Exec{
 		Command: []string{bridgeBin, "demo-agent"}, Workdir: h.dir}})
+	sched.Delegator = del
 	deliver := threads.NewDeliverer(db, clk, h.log, conns...)
 	var web *httptest.Server
 	if routes := conn.Routes(router); routes != nil {
@@ -185,7 +190,7 @@ func (h *harness) start() {
 			}
 		})
 	}
-	h.db, h.svc, h.appr, h.router, h.conn, h.web = db, svc, appr, router, conn, web
+	h.db, h.svc, h.del, h.appr, h.router, h.conn, h.web = db, svc, del, appr, router, conn, web
 	var once sync.Once
 	h.stop = func() {
 		once.Do(func() {

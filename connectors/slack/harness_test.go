@@ -28,6 +28,7 @@ import (
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/connectors/slack"
 	"github.com/roombridge/roombridge/connectors/slack/slacktest"
+	"github.com/roombridge/roombridge/delegation"
 	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/rooms"
@@ -100,6 +101,7 @@ type harness struct {
 	// of the running instance
 	db     *bolt.DB
 	svc    *requests.Service
+	del    *delegation.Service
 	conn   *slack.Connector
 	web    *httptest.Server
 	stop   func()
@@ -144,7 +146,9 @@ func (h *harness) start() {
 	svc.Observe(th.Observe)
 	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, Threads: th, Log: h.log})
 	svc.Observe(appr.Observe)
-	router := rooms.New(svc, appr, roomDir, nil, h.log)
+	del := delegation.New(delegation.Options{Requests: svc, Agents: h.s.agents, Workdir: h.dir, Threads: th, Log: h.log})
+	svc.Observe(del.Observe)
+	router := rooms.New(svc, appr, roomDir, del, h.log)
 	opts := slack.Options{Mode: h.s.mode, BotToken: slacktest.DefaultBotToken, AppToken: slacktest.DefaultAppToken,
 		SigningSecret: secret, APIURL: h.fake.APIURL(), Log: h.log, PingInterval: time.Hour}
 	if h.s.wrapHTTP != nil {
@@ -163,6 +167,7 @@ func (h *harness) start() {
 			Command: []string{bridgeBin, "demo-agent"}, Workdir: h.dir}})
 	}
 	sched := agents.NewScheduler(svc, th, h.log, ags...)
+	sched.Delegator = del
 	deliver := threads.NewDeliverer(db, clk, h.log, conn)
 	var core chat.Handler = router
 	if h.s.handler != nil {
@@ -186,7 +191,7 @@ func (h *harness) start() {
 			}
 		})
 	}
-	h.db, h.svc, h.conn, h.web = db, svc, conn, web
+	h.db, h.svc, h.del, h.conn, h.web = db, svc, del, conn, web
 	var once sync.Once
 	h.stop = func() {
 		once.Do(func() {
