@@ -28,7 +28,7 @@ const help = "commands: @agent ask | inbox | tasks | dismiss TASK | approve ID |
 
 // Shapes of the arguments of commands typed in a mention (IsCommand).
 var (
-	refRE  = regexp.MustCompile(`^(?i:[RT])(?:[0-9]{8})?-[0-9]+(?:\.q?[0-9]+)?$`)
+	refRE  = regexp.MustCompile(`^[RT](?:[0-9]{8})?-[0-9]+(?:\.q?[0-9]+)?$`)
 	userRE = regexp.MustCompile(`^[a-z]+:[^\s:]+$`)
 )
 
