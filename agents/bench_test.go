@@ -14,6 +14,7 @@ import (
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/store/bolt"
@@ -185,7 +186,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	}
 	rs := []config.Room{{Name: "main", Console: true, Agents: append(names, "coder")}}
 	svc := requests.NewService(db, clock.Real{}, "acme", []string{alice})
-	th := threads.New(rs, chat.Console)
+	th := threads.New(directory.New(rs, []string{alice}, chat.Console))
 	svc.AddObserver("threads", th.Observe)
 	return &benchEnv{db: db, svc: svc, th: th}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/rooms"
 	"github.com/roombridge/roombridge/store"
@@ -179,11 +180,12 @@ func (e *env) open() {
 	rs := []config.Room{{Name: "main", Console: true, Agents: []string{"coder", "reviewer"}, Members: []string{bob}}}
 	e.db = db
 	e.svc = requests.NewService(db, clock.Real{}, "acme", []string{alice})
-	e.th = threads.New(rs, chat.Console)
+	roomDir := directory.New(rs, []string{alice}, chat.Console)
+	e.th = threads.New(roomDir)
 	e.svc.AddObserver("threads", e.th.Observe)
-	e.appr = approvals.New(approvals.Options{Requests: e.svc, Rooms: rs, TTL: time.Hour, Threads: e.th, Surfaces: []string{chat.Console}})
+	e.appr = approvals.New(approvals.Options{Requests: e.svc, Rooms: roomDir, TTL: time.Hour, Threads: e.th})
 	e.svc.AddObserver("approvals", e.appr.Observe)
-	e.router = rooms.New(e.svc, e.appr, rs, slog.New(slog.DiscardHandler))
+	e.router = rooms.New(e.svc, e.appr, roomDir, nil, slog.New(slog.DiscardHandler))
 }
 
 // exec is an exec runtime running the demo agent, logging to the env's log.

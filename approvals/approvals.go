@@ -27,6 +27,7 @@ import (
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/threads"
@@ -234,30 +235,28 @@ func parseRef(s string, today time.Time) (ref, error) {
 type Options struct {
 	// Requests is the request service (required): its store, clock and owners.
 	Requests *requests.Service
-	// Rooms are the configured rooms: approvers and per-room TTLs.
-	Rooms []config.Room
+	// Rooms is the room directory (required): approvers, per-room TTLs,
+	// who may ask and decide, and the running surfaces (approvers on them
+	// get the card as a direct message).
+	Rooms *directory.Rooms
 	// TTL is how long an approval waits (default config.DefaultTTL); a
 	// room's approval_ttl overrides it.
 	TTL time.Duration
 	// Threads places cards in request threads (nil: no thread cards).
 	Threads *threads.Threads
-	// Surfaces are those with a running connector: approvers on them get
-	// the card as a direct message.
-	Surfaces []string
 	// Log defaults to discarding.
 	Log *slog.Logger
 }
 
 // Service keeps approvals in the store of a requests.Service.
 type Service struct {
-	svc      *requests.Service
-	store    store.Store
-	clock    clock.Clock
-	rooms    map[string]config.Room
-	ttl      time.Duration
-	threads  *threads.Threads
-	surfaces map[string]bool
-	log      *slog.Logger
+	svc     *requests.Service
+	store   store.Store
+	clock   clock.Clock
+	rooms   *directory.Rooms
+	ttl     time.Duration
+	threads *threads.Threads
+	log     *slog.Logger
 }
 
 // New returns a Service. Register its Observe with the requests service,
@@ -266,20 +265,13 @@ type Service struct {
 func New(o Options) *Service {
 	s := &Service{
 		svc: o.Requests, store: o.Requests.Store(), clock: o.Requests.Clock(),
-		rooms: map[string]config.Room{}, ttl: o.TTL, threads: o.Threads,
-		surfaces: map[string]bool{}, log: o.Log,
+		rooms: o.Rooms, ttl: o.TTL, threads: o.Threads, log: o.Log,
 	}
 	if s.ttl <= 0 {
 		s.ttl = config.DefaultTTL
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
-	}
-	for _, r := range o.Rooms {
-		s.rooms[r.Name] = r
-	}
-	for _, sf := range o.Surfaces {
-		s.surfaces[sf] = true
 	}
 	return s
 }
@@ -288,8 +280,8 @@ func (s *Service) now() time.Time { return s.clock.Now().UTC() }
 
 // ttlFor is the approval TTL of room.
 func (s *Service) ttlFor(room string) time.Duration {
-	if r, ok := s.rooms[room]; ok && r.ApprovalTTL > 0 {
-		return r.ApprovalTTL
+	if t := s.rooms.ApprovalTTL(room); t > 0 {
+		return t
 	}
 	return s.ttl
 }
@@ -532,9 +524,9 @@ func (s *Service) postCardsTx(tx store.Tx, a *Approval, r, root *requests.Reques
 			}
 		}
 	}
-	for _, u := range s.rooms[a.Room].Approvers {
+	for _, u := range s.rooms.Approvers(a.Room) {
 		surface, id, _ := strings.Cut(u, ":")
-		if !s.surfaces[surface] || a.Kind == KindQuestion {
+		if !s.rooms.Running(surface) || a.Kind == KindQuestion {
 			continue
 		}
 		if err := post(threads.Effect{Op: threads.OpDirect, Request: r.ID.String(), Surface: surface, User: id,

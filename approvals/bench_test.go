@@ -15,6 +15,7 @@ import (
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/store/bolt"
@@ -71,14 +72,15 @@ func fixture(b *testing.B, pending int) *benchFixture {
 
 	// Not-due approvals: no surfaces, so no cards queued.
 	plain := requests.NewService(db, clk, "acme", nil)
-	plainAppr := approvals.New(approvals.Options{Requests: plain, Rooms: rs, TTL: ttlDur})
+	plainAppr := approvals.New(approvals.Options{Requests: plain, Rooms: directory.New(rs, nil), TTL: ttlDur})
 	plain.AddObserver("approvals", plainAppr.Observe)
 
 	// Due approvals, and the sweeps: with the thread and the approver's DM.
 	cards := requests.NewService(db, clk, "acme", nil)
-	th := threads.New(rs, chat.Slack)
+	roomDir := directory.New(rs, nil, chat.Slack)
+	th := threads.New(roomDir)
 	cards.AddObserver("threads", th.Observe)
-	appr := approvals.New(approvals.Options{Requests: cards, Rooms: rs, TTL: ttlDur, Threads: th, Surfaces: []string{chat.Slack}})
+	appr := approvals.New(approvals.Options{Requests: cards, Rooms: roomDir, TTL: ttlDur, Threads: th})
 	cards.AddObserver("approvals", appr.Observe)
 	sw, err := ttl.New(ttl.Options{Clock: clk}, appr)
 	if err != nil {

@@ -6,13 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
-	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
@@ -57,12 +55,6 @@ func (r *refusal) Unwrap() error { return r.kind }
 
 func refuse(kind error, format string, args ...any) error {
 	return &refusal{kind: kind, msg: fmt.Sprintf(format, args...)}
-}
-
-// MayDecide reports whether user may approve or deny in room: its approvers
-// and the owners (and holders of the API token).
-func (s *Service) MayDecide(room config.Room, user string) bool {
-	return s.svc.IsOwner(user) || strings.HasPrefix(user, chat.API+":") || slices.Contains(room.Approvers, user)
 }
 
 // Decide settles approval id (full or short form) with v, by actor on
@@ -139,7 +131,7 @@ func (s *Service) decideTx(tx store.Tx, a *Approval, v Verdict, actor, surface s
 		ref := refuse(ErrWrongKind, "%s is a question, not an approval: answer it by a reply in its thread, or: answer %s <text>", a.ID, a.ID)
 		return a, ref, auditRefusalTx(tx, now, a.RequestID.String(), actor, surface, actionDecisionRefused, what, ref)
 	}
-	if !s.MayDecide(s.rooms[a.Room], actor) {
+	if !s.rooms.MayDecide(a.Room, actor) {
 		ref := refuse(ErrForbidden, "%s may not approve or deny in room %s: only its approvers and the owners may", actor, a.Room)
 		return a, ref, auditRefusalTx(tx, now, a.RequestID.String(), actor, surface, actionDecisionRefused, what, ref)
 	}

@@ -46,7 +46,7 @@ type Asking struct {
 // first, each with the request that asks. It reads the room's range of the
 // pending index only.
 func (s *Service) Inbox(ctx context.Context, room string) (*Inbox, error) {
-	if _, ok := s.rooms[room]; !ok {
+	if _, ok := s.rooms.Named(room); !ok {
 		return nil, fmt.Errorf("%w %q", ErrUnknownRoom, room)
 	}
 	in := &Inbox{Room: room, Items: []Item{}}

@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/roombridge/roombridge/audit"
-	"github.com/roombridge/roombridge/chat"
-	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
@@ -48,23 +45,15 @@ func noun(a *Approval) string {
 	return "approval"
 }
 
-// MayAsk reports whether user may ask agents in room, and answer the
-// questions shown there: owners, holders of the API token, approvers, and
-// members (everyone, when the room lists no members).
-func (s *Service) MayAsk(room config.Room, user string) bool {
-	return s.svc.IsOwner(user) || strings.HasPrefix(user, chat.API+":") || len(room.Members) == 0 ||
-		slices.Contains(room.Members, user) || slices.Contains(room.Approvers, user)
-}
-
 // MayAnswer reports whether user may answer question a: whoever may ask in
 // its room, or in its root's room (the two rooms it is shown in).
 func (s *Service) MayAnswer(a *Approval, user string) bool {
 	for _, name := range a.inboxRooms() {
-		if room, ok := s.rooms[name]; ok && s.MayAsk(room, user) {
+		if _, ok := s.rooms.Named(name); ok && s.rooms.MayAsk(name, user) {
 			return true
 		}
 	}
-	return s.svc.IsOwner(user) || strings.HasPrefix(user, chat.API+":")
+	return s.rooms.MayRevoke(user)
 }
 
 // Answer answers question id (full or short form, R-08.q1) with text, by

@@ -14,7 +14,7 @@ import (
 // MayRevoke reports whether actor may revoke users: the owners and holders
 // of the API token.
 func (s *Service) MayRevoke(actor string) bool {
-	return s.svc.IsOwner(actor) || strings.HasPrefix(actor, chat.API+":")
+	return s.rooms.MayRevoke(actor)
 }
 
 // CheckUser reports whether user is written surface:id with a known surface.

@@ -136,6 +136,10 @@ type Response struct {
 	Text string
 	// Error marks a refusal.
 	Error bool
+	// Answer marks the answer to a command (tasks, inbox, show...): every
+	// connector shows it to the actor, as it shows a refusal. Other
+	// successes need not be shown: the thread tells what happened.
+	Answer bool
 }
 
 // Handler receives inbound events. Connectors acknowledge the platform before

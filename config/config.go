@@ -77,19 +77,6 @@ type Console struct {
 	User string `yaml:"user"`
 }
 
-// Room is a chat channel bound to agents.
-type Room struct {
-	Name         string   `yaml:"name"`
-	SlackChannel string   `yaml:"slack_channel"`
-	FeishuChat   string   `yaml:"feishu_chat"`
-	Console      bool     `yaml:"console"`
-	Agents       []string `yaml:"agents"`
-	Members      []string `yaml:"members"`
-	Approvers    []string `yaml:"approvers"`
-	// ApprovalTTL overrides approvals.ttl for this room.
-	ApprovalTTL time.Duration `yaml:"approval_ttl"`
-}
-
 // Agent is a named runtime.
 type Agent struct {
 	Kind               string        `yaml:"kind"` // exec, claude, codex
@@ -443,49 +430,8 @@ func (c *Config) Validate() error {
 			return keyErr(k+".max_background_tasks", "must not be negative")
 		}
 	}
-	if len(c.Rooms) == 0 {
-		return keyErr("rooms", "required: at least one room")
-	}
-	names := map[string]bool{}
-	for i, r := range c.Rooms {
-		k := fmt.Sprintf("rooms[%d]", i)
-		if r.Name == "" {
-			return keyErr(k+".name", "required")
-		}
-		if names[r.Name] {
-			return keyErr(k+".name", "duplicate room %q", r.Name)
-		}
-		names[r.Name] = true
-		if r.SlackChannel == "" && r.FeishuChat == "" && !r.Console {
-			return keyErr(k, "bind the room to slack_channel, feishu_chat or console")
-		}
-		if r.SlackChannel != "" && c.Slack == nil {
-			return keyErr(k+".slack_channel", "set, but there is no slack section")
-		}
-		if r.FeishuChat != "" && c.Feishu == nil {
-			return keyErr(k+".feishu_chat", "set, but there is no feishu section")
-		}
-		if len(r.Agents) == 0 {
-			return keyErr(k+".agents", "required: at least one agent")
-		}
-		for j, a := range r.Agents {
-			if _, ok := c.Agents[a]; !ok {
-				return keyErr(fmt.Sprintf("%s.agents[%d]", k, j), "unknown agent %q", a)
-			}
-		}
-		for _, list := range []struct {
-			key   string
-			users []string
-		}{{"members", r.Members}, {"approvers", r.Approvers}} {
-			for j, u := range list.users {
-				if !userRE.MatchString(u) {
-					return keyErr(fmt.Sprintf("%s.%s[%d]", k, list.key, j), "%q is not a user (want surface:id)", u)
-				}
-			}
-		}
-		if r.ApprovalTTL < 0 {
-			return keyErr(k+".approval_ttl", "must not be negative")
-		}
+	if err := c.validateRooms(); err != nil {
+		return err
 	}
 	if c.HTTP.APIToken != "" && c.HTTP.APITokenFile != "" {
 		return keyErr("http.api_token", "set either api_token or api_token_file, not both")
@@ -614,16 +560,6 @@ func checkSecretFile(file string) error {
 	return nil
 }
 
-// Room returns the room named name.
-func (c *Config) Room(name string) (Room, bool) {
-	for _, r := range c.Rooms {
-		if r.Name == name {
-			return r, true
-		}
-	}
-	return Room{}, false
-}
-
 // Default is the configuration used when no file is given: the console room,
 // the embedded store and the demo agents, run as exe demo-agent.
 func Default(exe string) *Config {
@@ -631,7 +567,7 @@ func Default(exe string) *Config {
 		Owner:   "local",
 		Console: &Console{User: consoleUser()},
 		Rooms: []Room{{
-			Name: "console", Console: true, Agents: []string{"coder", "reviewer"},
+			Name: "console", Channels: map[string]string{"console": "console"}, Agents: []string{"coder", "reviewer"},
 		}},
 		Agents: map[string]Agent{
 			"coder":    {Kind: "exec", Command: []string{exe, "demo-agent"}},

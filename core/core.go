@@ -23,6 +23,7 @@ import (
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/delegation"
 	"github.com/roombridge/roombridge/delegation/mcptools"
+	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/httpapi"
 	"github.com/roombridge/roombridge/metrics"
 	"github.com/roombridge/roombridge/requests"
@@ -90,6 +91,7 @@ type Bridge struct {
 	opts     Options
 	log      *slog.Logger
 	svc      *requests.Service
+	rooms    *directory.Rooms
 	threads  *threads.Threads
 	appr     *approvals.Service
 	del      *delegation.Service
@@ -166,10 +168,11 @@ func (b *Bridge) services(ctx context.Context) error {
 		return err
 	}
 	b.met = met
-	b.threads = threads.New(cfg.Rooms, b.surfaces...)
+	b.rooms = directory.New(cfg.Rooms, cfg.Owners, b.surfaces...)
+	b.threads = threads.New(b.rooms)
 	b.threads.SetRequests(b.svc) // a delegated request's title names the agent that asked
-	b.appr = approvals.New(approvals.Options{Requests: b.svc, Rooms: cfg.Rooms, TTL: cfg.Approvals.TTL,
-		Threads: b.threads, Surfaces: b.surfaces, Log: log})
+	b.appr = approvals.New(approvals.Options{Requests: b.svc, Rooms: b.rooms, TTL: cfg.Approvals.TTL,
+		Threads: b.threads, Log: log})
 	caps := map[string]int{}
 	for name, a := range cfg.Agents {
 		caps[name] = a.MaxBackgroundTasks
@@ -179,7 +182,7 @@ func (b *Bridge) services(ctx context.Context) error {
 	for _, o := range observers(b) {
 		b.svc.AddObserver(o.name, o.fn)
 	}
-	b.router = rooms.New(b.svc, b.appr, cfg.Rooms, log)
+	b.router = rooms.New(b.svc, b.appr, b.rooms, b.del, log)
 	b.router.OnInbound = met.Inbound
 	for _, c := range b.opts.Connectors {
 		if r, ok := c.(apiErrorReporter); ok {

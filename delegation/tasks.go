@@ -117,8 +117,8 @@ func (t *Task) Line() string {
 	return line
 }
 
-// what is what t runs, on one line.
-func (t *Task) what() string {
+// What is what t runs, on one line: its command, or its agent run.
+func (t *Task) What() string {
 	if !t.Run.IsZero() {
 		return t.RunAgent + " " + t.Run.String() + ": " + t.Text
 	}
@@ -211,10 +211,10 @@ func (s *Service) BackgroundRun(ctx context.Context, from requests.ID, run agent
 		}
 		if err := audit.Append(tx, audit.Record{Time: now, RequestID: r.ID.String(), Actor: "agent:" + r.Agent,
 			Action: "background_run", From: r.State.String(), To: r.State.String(),
-			Detail: t.ID + " " + t.Name + ": " + clip.Text(t.what(), 200, clip.Bytes)}); err != nil {
+			Detail: t.ID + " " + t.Name + ": " + clip.Text(t.What(), 200, clip.Bytes)}); err != nil {
 			return err
 		}
-		return s.noticeTx(tx, r.ID, fmt.Sprintf("started background task %s (%s): %s", t.ID, t.Name, clip.Text(t.what(), 200, clip.Bytes)))
+		return s.noticeTx(tx, r.ID, fmt.Sprintf("started background task %s (%s): %s", t.ID, t.Name, clip.Text(t.What(), 200, clip.Bytes)))
 	})
 	if err == nil && refusal != "" {
 		err = s.refuse(ctx, from, "background_run", refusal)
@@ -597,39 +597,6 @@ func (s *Service) Running(ctx context.Context, room string) ([]Task, error) {
 	return out, nil
 }
 
-// RunningText is Running as lines for a chat room's "tasks" command.
-func (s *Service) RunningText(ctx context.Context, room string) (string, error) {
-	ts, err := s.Running(ctx, room)
-	if err != nil {
-		return "", err
-	}
-	if len(ts) == 0 {
-		return "no background tasks running", nil
-	}
-	running := 0
-	for _, t := range ts {
-		if t.State == TaskRunning {
-			running++
-		}
-	}
-	head := fmt.Sprintf("%d background task(s) running", running)
-	if ended := len(ts) - running; ended > 0 {
-		head += fmt.Sprintf(", %d failed or interrupted (\"dismiss ID\" clears one)", ended)
-	}
-	lines := []string{head + ":"}
-	for _, t := range ts {
-		when := "since " + t.Started.Format(time.TimeOnly)
-		if t.State != TaskRunning {
-			when = t.State + " at " + t.Ended.Format(time.TimeOnly)
-			if t.Reason != "" {
-				when += ": " + clip.Text(t.Reason, 80, clip.Bytes)
-			}
-		}
-		lines = append(lines, fmt.Sprintf("%s %s (%s for %s, %s): %s", t.ID, t.Name, t.Agent, t.Request, when, clip.Text(t.what(), 80, clip.Bytes)))
-	}
-	return strings.Join(lines, "\n"), nil
-}
-
 // StopTask stops running task id on behalf of actor (surface: where it
 // came from): it ends as stopped (its request is told the work is
 // incomplete); its process is killed once that commits, or its agent run's
@@ -663,17 +630,6 @@ func (s *Service) DismissTask(ctx context.Context, id, actor, surface string) (*
 		}
 		return s.noticeTx(tx, t.Request, fmt.Sprintf("%s — dismissed by %s", t.Line(), actor))
 	})
-}
-
-// DismissText is DismissTask for a chat room's "dismiss ID" command by
-// user (surface:id).
-func (s *Service) DismissText(ctx context.Context, id, user string) (string, error) {
-	surface, _, _ := strings.Cut(user, ":")
-	t, err := s.DismissTask(ctx, id, user, surface)
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("%s dismissed (by %s)", t.Line(), t.DismissedBy), nil
 }
 
 // refused wraps the refusal of a task command.

@@ -165,7 +165,7 @@ func TestFailedTaskListedUntilDismissed(t *testing.T) {
 	if got, want := listed(), failed+":failed "+long+":running"; got != want {
 		t.Fatalf("listed %q, want %q", got, want)
 	}
-	text, err := e.del.RunningText(e.ctx, "main")
+	text, err := e.command(alice, "tasks")
 	if err != nil || !strings.Contains(text, "1 background task(s) running, 1 failed or interrupted") ||
 		!strings.Contains(text, failed+" broken (tester for "+id.String()+", failed at ") || !strings.Contains(text, "exit status 3") {
 		t.Errorf("tasks text %q %v", text, err)
@@ -193,7 +193,7 @@ func TestFailedTaskListedUntilDismissed(t *testing.T) {
 	}
 
 	// The dismissal.
-	got, err := e.del.DismissText(e.ctx, failed, alice)
+	got, err := e.command(alice, "dismiss "+failed)
 	if err != nil || got != "task "+failed+" (broken) failed: exit status 3 dismissed (by "+alice+")" {
 		t.Fatalf("dismiss: %q %v", got, err)
 	}
@@ -442,4 +442,14 @@ func TestBackgroundAgentRunCapRestartCancel(t *testing.T) {
 	if !hasAudit(t, e, id, "undelivered", "the result of task "+run) && !hasAudit(t, e, id, "task_stopped", run) {
 		t.Errorf("the stopped run is not recorded for %s", id)
 	}
+}
+
+// command types text in the console room as user, through the router, and
+// returns the answer (or the refusal as an error).
+func (e *env) command(user, text string) (string, error) {
+	resp := e.router.Handle(e.ctx, chat.Event{Kind: chat.Command, Surface: chat.Console, Channel: "main", User: user, Text: text})
+	if resp.Error {
+		return "", errors.New(resp.Text)
+	}
+	return resp.Text, nil
 }

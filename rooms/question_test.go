@@ -24,6 +24,7 @@ import (
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/connectors/console"
 	"github.com/roombridge/roombridge/delegation"
+	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/httpapi"
 	"github.com/roombridge/roombridge/internal/syncbuf"
 	"github.com/roombridge/roombridge/requests"
@@ -86,9 +87,10 @@ func newQEnv(t *testing.T) *qenv {
 	clk := clock.NewFake(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
 	rs := []config.Room{{Name: "main", Console: true, Agents: []string{"coder", "reviewer"}, Members: []string{bob}}}
 	svc := requests.NewService(db, clk, "acme", []string{alice})
-	th := threads.New(rs, chat.Console)
+	roomDir := directory.New(rs, []string{alice}, chat.Console)
+	th := threads.New(roomDir)
 	svc.AddObserver("threads", th.Observe)
-	appr := approvals.New(approvals.Options{Requests: svc, Rooms: rs, TTL: time.Hour, Threads: th, Surfaces: []string{chat.Console}})
+	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, TTL: time.Hour, Threads: th})
 	svc.AddObserver("approvals", appr.Observe)
 	del := delegation.New(delegation.Options{Requests: svc, Agents: []string{"coder", "reviewer"}, Workdir: dir, Threads: th})
 	svc.AddObserver("delegation", del.Observe)
@@ -96,7 +98,7 @@ func newQEnv(t *testing.T) *qenv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	router := rooms.New(svc, appr, rs, log)
+	router := rooms.New(svc, appr, roomDir, nil, log)
 	e := &qenv{t: t, ctx: ctx, db: db, clk: clk, svc: svc, appr: appr, router: router, sweep: sw,
 		out: &syncBuffer{}, log: filepath.Join(dir, "demo.log")}
 	e.api = httptest.NewServer(httpapi.New(httpapi.Options{Service: svc, Router: router, Token: apiTok, Log: log}))

@@ -13,6 +13,7 @@ import (
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/rooms"
 	"github.com/roombridge/roombridge/store/bolt"
@@ -33,8 +34,9 @@ func TestWebhookRefusalsAuditedBounded(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	rs := []config.Room{{Name: "main", Console: true, Agents: []string{"coder"}}}
 	svc := requests.NewService(db, clk, "acme", []string{"console:alice"})
-	appr := approvals.New(approvals.Options{Requests: svc, Rooms: rs, Log: log})
-	rt := rooms.New(svc, appr, rs, log)
+	roomDir := directory.New(rs, []string{"console:alice"})
+	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, Log: log})
+	rt := rooms.New(svc, appr, roomDir, nil, log)
 	var inbound []chat.EventKind
 	rt.OnInbound = func(_ string, k chat.EventKind, _ bool) { inbound = append(inbound, k) }
 

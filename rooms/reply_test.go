@@ -14,6 +14,7 @@ import (
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/connectors/console"
+	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/rooms"
 	"github.com/roombridge/roombridge/store/bolt"
@@ -34,11 +35,12 @@ func TestReplyInThread(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	roomCfg := []config.Room{{Name: "main", Console: true, Agents: []string{"coder"}}}
 	svc := requests.NewService(db, clk, "acme", []string{"console:alice"})
-	th := threads.New(roomCfg, chat.Console)
+	roomDir := directory.New(roomCfg, []string{"console:alice"}, chat.Console)
+	th := threads.New(roomDir)
 	svc.AddObserver("threads", th.Observe)
-	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomCfg, Threads: th, Log: log})
+	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, Threads: th, Log: log})
 	svc.AddObserver("approvals", appr.Observe)
-	rt := rooms.New(svc, appr, roomCfg, log)
+	rt := rooms.New(svc, appr, roomDir, nil, log)
 	con := console.New(nil, io.Discard, "main", "alice")
 	deliver := threads.NewDeliverer(db, clk, log, con)
 

@@ -16,6 +16,7 @@ import (
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/threads"
@@ -30,7 +31,8 @@ var ErrForbidden = approvals.ErrForbidden
 type Router struct {
 	svc   *requests.Service
 	appr  *approvals.Service
-	rooms []config.Room
+	rooms *directory.Rooms
+	tasks Tasks
 	log   *slog.Logger
 
 	// OnInbound, if set, is told of every event Handle gets: its surface,
@@ -40,9 +42,14 @@ type Router struct {
 	refusals refusalWindows
 }
 
-// New returns a Router over rooms; decisions go through appr.
-func New(svc *requests.Service, appr *approvals.Service, rooms []config.Room, log *slog.Logger) *Router {
-	return &Router{svc: svc, appr: appr, rooms: rooms, log: log}
+// New returns a Router over the room directory rooms; decisions go through
+// appr, the "tasks" and "dismiss" commands through tasks (nil: there are no
+// background tasks).
+func New(svc *requests.Service, appr *approvals.Service, rooms *directory.Rooms, tasks Tasks, log *slog.Logger) *Router {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Router{svc: svc, appr: appr, rooms: rooms, tasks: tasks, log: log}
 }
 
 // Approvals returns the approvals service decisions go through.
@@ -50,44 +57,17 @@ func (rt *Router) Approvals() *approvals.Service { return rt.appr }
 
 // Room returns the room a surface channel is bound to.
 func (rt *Router) Room(surface, channel string) (config.Room, bool) {
-	for _, r := range rt.rooms {
-		switch {
-		case surface == chat.Slack && r.SlackChannel != "" && r.SlackChannel == channel,
-			surface == chat.Feishu && r.FeishuChat != "" && r.FeishuChat == channel,
-			surface == chat.Console && r.Console && r.Name == channel:
-			return r, true
-		}
-	}
-	return config.Room{}, false
+	return rt.rooms.Room(surface, channel)
 }
 
 // RoomNamed returns the room called name.
-func (rt *Router) RoomNamed(name string) (config.Room, bool) {
-	for _, r := range rt.rooms {
-		if r.Name == name {
-			return r, true
-		}
-	}
-	return config.Room{}, false
-}
-
-// MayAsk reports whether user may ask agents in room (and answer the
-// questions shown there): owners, approvers, and members (everyone, when the
-// room lists no members).
-func (rt *Router) MayAsk(room config.Room, user string) bool {
-	return rt.appr.MayAsk(room, user)
-}
-
-// MayDecide reports whether user may approve or deny in room: its approvers
-// and the owners (and holders of the API token).
-func (rt *Router) MayDecide(room config.Room, user string) bool {
-	return rt.appr.MayDecide(room, user)
-}
+func (rt *Router) RoomNamed(name string) (config.Room, bool) { return rt.rooms.Named(name) }
 
 // Handle implements chat.Handler.
 func (rt *Router) Handle(ctx context.Context, ev chat.Event) chat.Response {
 	var msg string
 	var err error
+	var answer bool // the answer to a command: shown on every surface
 	switch ev.Kind {
 	case chat.Refused:
 		if rt.OnInbound != nil {
@@ -95,14 +75,17 @@ func (rt *Router) Handle(ctx context.Context, ev chat.Event) chat.Response {
 		}
 		rt.auditWebhookRefusal(ctx, ev)
 		return chat.Response{} // the connector has answered the sender
-	case chat.Ask:
+	case chat.Ask, chat.Command:
+		if ev.Kind == chat.Command || IsCommand(ev.Text) {
+			msg, err = rt.command(ctx, ev)
+			answer = true
+			break
+		}
 		var r *requests.Request
 		r, err = rt.Ask(ctx, ev)
 		if err == nil {
 			msg = fmt.Sprintf("%s → %s (%s)", r.ID, r.Agent, r.State)
 		}
-	case chat.Command:
-		msg, err = rt.command(ctx, ev)
 	case chat.Click:
 		// Refusals are audited by approvals; the actor alone is told why.
 		var a *approvals.Approval
@@ -127,7 +110,7 @@ func (rt *Router) Handle(ctx context.Context, ev chat.Event) chat.Response {
 		rt.auditRefusal(ctx, ev, err)
 		return chat.Response{Text: userMessage(err), Error: true}
 	}
-	return chat.Response{Text: msg}
+	return chat.Response{Text: msg, Answer: answer}
 }
 
 // Ask turns an ask into a request for the named agent ("@coder ..." or
@@ -137,7 +120,7 @@ func (rt *Router) Ask(ctx context.Context, ev chat.Event) (*requests.Request, er
 	if !ok {
 		return nil, fmt.Errorf("%s %s is not bound to a room", ev.Surface, ev.Channel)
 	}
-	if !rt.MayAsk(room, ev.User) {
+	if !rt.rooms.MayAsk(room.Name, ev.User) {
 		return nil, fmt.Errorf("%w: %s is not a member of room %s", ErrForbidden, ev.User, room.Name)
 	}
 	agent, text := splitAgent(room, ev.Text)
@@ -161,77 +144,6 @@ func splitAgent(room config.Room, text string) (agent, rest string) {
 		return name, strings.TrimSpace(rest)
 	}
 	return room.Agents[0], text
-}
-
-func (rt *Router) command(ctx context.Context, ev chat.Event) (string, error) {
-	verb, arg, _ := strings.Cut(strings.TrimSpace(ev.Text), " ")
-	arg = strings.TrimSpace(arg)
-	switch verb {
-	case "help":
-		return "commands: @agent ask | inbox | approve ID | deny ID | answer ID TEXT | cancel ID | retry ID | show ID | revoke USER", nil
-	case "inbox":
-		room, ok := rt.Room(ev.Surface, ev.Channel)
-		if !ok {
-			return "", fmt.Errorf("%s %s is not bound to a room", ev.Surface, ev.Channel)
-		}
-		in, err := rt.appr.Inbox(ctx, room.Name)
-		if err != nil {
-			return "", err
-		}
-		return in.Text(), nil
-	case "revoke":
-		ids, err := rt.appr.Revoke(ctx, arg, ev.User, ev.Surface)
-		if err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("%s revoked: %d waiting request(s) cancelled %v; running ones finish", arg, len(ids), ids), nil
-	case "approve", "deny":
-		a, err := rt.Decide(ctx, arg, verb == "approve", ev.User, ev.Surface)
-		if err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("%s %s", a.ID, a.State), nil
-	case "answer":
-		id, text, _ := strings.Cut(arg, " ")
-		q, err := rt.Answer(ctx, id, text, ev.User, ev.Surface)
-		if err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("%s answered; %s gets your answer", q.ID, approvals.QuestionAsker(q)), nil
-	}
-	id, err := requests.ParseRef(arg, rt.svc.Clock().Now())
-	if err != nil {
-		return "", err
-	}
-	switch verb {
-	case "cancel":
-		r, err := rt.Cancel(ctx, id, ev.User, ev.Surface)
-		if err != nil {
-			return "", err
-		}
-		if r.State == requests.Running {
-			return fmt.Sprintf("%s will stop at its next safe point", r.ID), nil
-		}
-		return fmt.Sprintf("%s cancelled", r.ID), nil
-	case "retry":
-		r, err := rt.Retry(ctx, id, ev.User, ev.Surface)
-		if err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("%s → %s (%s), retry of %s", r.ID, r.Agent, r.State, id), nil
-	case "show":
-		r, err := rt.svc.Get(ctx, id)
-		if err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("%s · %s · %s · asked by %s: %s", r.ID, r.Agent, r.State, r.Requester, r.Ask), nil
-	}
-	return "", fmt.Errorf("unknown command %q (try help)", verb)
-}
-
-func (rt *Router) roomOf(r *requests.Request) config.Room {
-	room, _ := rt.RoomNamed(r.Room)
-	return room
 }
 
 // Decide approves or denies approval id (a request's approval, R-07, or a
@@ -261,7 +173,7 @@ func (rt *Router) Cancel(ctx context.Context, id requests.ID, user, surface stri
 		if err != nil {
 			return err
 		}
-		if r.Requester != user && !rt.MayDecide(rt.roomOf(r), user) {
+		if r.Requester != user && !rt.rooms.MayDecide(r.Room, user) {
 			return fmt.Errorf("%w: only its requester, the room's approvers or an owner may cancel %s", ErrForbidden, r.ID)
 		}
 		reason := "cancelled by " + user
@@ -292,7 +204,7 @@ func (rt *Router) Retry(ctx context.Context, id requests.ID, user, surface strin
 	if err != nil {
 		return nil, err
 	}
-	if !rt.MayAsk(rt.roomOf(old), user) {
+	if !rt.rooms.MayAsk(old.Room, user) {
 		return nil, fmt.Errorf("%w: %s is not a member of room %s", ErrForbidden, user, old.Room)
 	}
 	return rt.svc.Retry(ctx, id, user, surface)
@@ -348,7 +260,7 @@ func (rt *Router) reply(ctx context.Context, ev chat.Event) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if !rt.MayAsk(rt.roomOf(r), ev.User) {
+	if !rt.rooms.MayAsk(r.Room, ev.User) {
 		return "", fmt.Errorf("%w: %s is not a member of room %s", ErrForbidden, ev.User, r.Room)
 	}
 	if r.State.Terminal() {

@@ -15,6 +15,7 @@ import (
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/store/bolt"
@@ -82,7 +83,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Cleanup(func() { db.Close() })
 	clk := clock.NewFake(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
 	svc := requests.NewService(db, clk, "acme", []string{"console:alice"})
-	th := threads.New([]config.Room{{Name: "main", Console: true, Agents: []string{"coder"}}}, chat.Console)
+	th := threads.New(directory.New([]config.Room{{Name: "main", Console: true, Agents: []string{"coder"}}}, []string{"console:alice"}, chat.Console))
 	svc.AddObserver("threads", th.Observe)
 	p := &platform{failing: map[string]error{}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/threads"
@@ -84,7 +85,7 @@ func TestWaitingStatus(t *testing.T) {
 	}
 
 	// A restart: a new Threads over the same store; the agent yields.
-	th2 := threads.New([]config.Room{{Name: "main", Console: true, Agents: []string{"coder"}}}, chat.Console)
+	th2 := threads.New(directory.New([]config.Room{{Name: "main", Console: true, Agents: []string{"coder"}}}, []string{"console:alice"}, chat.Console))
 	svc2 := requests.NewService(f.db, f.clk, "acme", []string{"console:alice"})
 	svc2.AddObserver("threads", th2.Observe)
 	err := f.db.Update(ctx, func(tx store.Tx) error {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/chat"
-	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 )
@@ -49,50 +49,21 @@ type Effect struct {
 // Threads decides where each request's thread lives and turns request
 // changes into outbox effects, in the transaction of the change.
 type Threads struct {
-	rooms    map[string]config.Room
-	surfaces map[string]bool
+	rooms    *directory.Rooms
 	requests *requests.Service // SetRequests: names the asker of a delegated request
 }
 
-// New returns Threads for the given rooms; surfaces are those with a running
-// connector.
-func New(rooms []config.Room, surfaces ...string) *Threads {
-	t := &Threads{rooms: map[string]config.Room{}, surfaces: map[string]bool{}}
-	for _, r := range rooms {
-		t.rooms[r.Name] = r
-	}
-	for _, s := range surfaces {
-		t.surfaces[s] = true
-	}
-	return t
+// New returns Threads that place threads by the room directory rooms (its
+// running surfaces are those threads are posted on).
+func New(rooms *directory.Rooms) *Threads {
+	return &Threads{rooms: rooms}
 }
 
 // Place returns the surface and channel of a request's thread: the surface it
 // was asked on if the room is bound there, else the room's first bound
-// surface (Slack, Feishu, console).
+// surface (Slack, Feishu, console); only surfaces that run count.
 func (t *Threads) Place(r *requests.Request) (surface, channel string, ok bool) {
-	room, found := t.rooms[r.Room]
-	if !found {
-		return "", "", false
-	}
-	bound := []struct{ surface, channel string }{
-		{chat.Slack, room.SlackChannel},
-		{chat.Feishu, room.FeishuChat},
-	}
-	if room.Console {
-		bound = append(bound, struct{ surface, channel string }{chat.Console, room.Name})
-	}
-	for _, b := range bound {
-		if b.surface == r.Surface && b.channel != "" && t.surfaces[b.surface] {
-			return b.surface, b.channel, true
-		}
-	}
-	for _, b := range bound {
-		if b.channel != "" && t.surfaces[b.surface] {
-			return b.surface, b.channel, true
-		}
-	}
-	return "", "", false
+	return t.rooms.Place(r.Room, r.Surface)
 }
 
 // ParentRef is the name under which a request's parent message is recorded.

@@ -16,12 +16,13 @@ import (
 // init-time registry).
 func connectorsFor(cfg *config.Config, log *slog.Logger) ([]chat.Connector, error) {
 	var conns []chat.Connector
-	if i := slices.IndexFunc(cfg.Rooms, func(r config.Room) bool { return r.Console }); i >= 0 {
+	// The console serves the first room bound to it.
+	if i := slices.IndexFunc(cfg.Rooms, func(r config.Room) bool { return r.Bound()[chat.Console] != "" }); i >= 0 {
 		user := "you"
 		if cfg.Console != nil {
 			user = cfg.Console.User
 		}
-		conns = append(conns, console.New(os.Stdin, os.Stdout, cfg.Rooms[i].Name, user))
+		conns = append(conns, console.New(os.Stdin, os.Stdout, cfg.Rooms[i].Bound()[chat.Console], user))
 	}
 	if s := cfg.Slack; s != nil {
 		c, err := slackConnector(s, log)

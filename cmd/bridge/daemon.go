@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/config"
-	"github.com/roombridge/roombridge/connectors/console"
 	"github.com/roombridge/roombridge/core"
 )
 
@@ -115,12 +114,6 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 		APIToken: token, APIAddr: addr, Leadership: be.leadership, AuditRetention: be.auditFor})
 	if err != nil {
 		return err
-	}
-	for _, c := range conns {
-		if cc, ok := c.(*console.Connector); ok {
-			cc.Tasks = b.Delegation().RunningText   // the console's "tasks" command
-			cc.Dismiss = b.Delegation().DismissText // and its "dismiss ID"
-		}
 	}
 	log.Info("bridge started", "api", "http://"+addr, "data_dir", cfg.DataDir, "store", be.desc,
 		"agents", b.AgentCount(), "surfaces", strings.Join(b.Surfaces(), ","))

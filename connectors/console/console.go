@@ -18,14 +18,6 @@ type Connector struct {
 	in   io.Reader
 	room string
 
-	// Tasks, if set, answers the "tasks" command: what runs in the room
-	// (background tasks, and failed ones not yet dismissed). Set it before
-	// Run.
-	Tasks func(ctx context.Context, room string) (string, error)
-	// Dismiss, if set, answers "dismiss ID": it clears failed task ID from
-	// the room's tasks on behalf of user (console:name). Set it before Run.
-	Dismiss func(ctx context.Context, id, user string) (string, error)
-
 	mu     sync.Mutex
 	out    io.Writer
 	user   string
@@ -104,27 +96,6 @@ func (c *Connector) handle(ctx context.Context, h chat.Handler, line string) {
 		c.user = who
 		c.mu.Unlock()
 		c.printf("* you are now console:%s", who)
-		return
-	case line == "tasks" && c.Tasks != nil:
-		text, err := c.Tasks(ctx, c.room)
-		if err != nil {
-			c.printf("! %s", err)
-			return
-		}
-		c.printf("* %s", strings.ReplaceAll(text, "\n", "\n  "))
-		return
-	case (line == "dismiss" || strings.HasPrefix(line, "dismiss ")) && c.Dismiss != nil:
-		id := strings.TrimSpace(strings.TrimPrefix(line, "dismiss"))
-		if id == "" || strings.Contains(id, " ") {
-			c.printf("! dismiss needs one task ID (dismiss T-3)")
-			return
-		}
-		text, err := c.Dismiss(ctx, id, ev.User)
-		if err != nil {
-			c.printf("! %s", err)
-			return
-		}
-		c.printf("* %s", text)
 		return
 	case strings.HasPrefix(line, "@"):
 		ev.Kind = chat.Ask

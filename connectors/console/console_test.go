@@ -39,3 +39,32 @@ func TestStatusPrintedOnceAndBounded(t *testing.T) {
 		t.Errorf("%d statuses remembered, want at most %d", n, maxStatuses)
 	}
 }
+
+// TestTasksAndDismissAreCommands: "tasks" and "dismiss ID" reach the core as
+// chat.Command events of the room (the core answers them on every surface
+// alike), and the answer is printed, multi-line answers indented.
+func TestTasksAndDismissAreCommands(t *testing.T) {
+	var out bytes.Buffer
+	c := New(strings.NewReader("tasks\ndismiss T-1\n"), &out, "main", "alice")
+	var got []chat.Event
+	h := chat.HandlerFunc(func(_ context.Context, ev chat.Event) chat.Response {
+		got = append(got, ev)
+		if ev.Text == "tasks" {
+			return chat.Response{Text: "1 background task(s) running:\nT-1 long", Answer: true}
+		}
+		return chat.Response{Text: "no such task", Error: true}
+	})
+	if err := c.Run(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	want := []chat.Event{
+		{Kind: chat.Command, Surface: chat.Console, Channel: "main", User: "console:alice", Text: "tasks"},
+		{Kind: chat.Command, Surface: chat.Console, Channel: "main", User: "console:alice", Text: "dismiss T-1"},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("events %+v, want %+v", got, want)
+	}
+	if s := out.String(); !strings.Contains(s, "* 1 background task(s) running:\n  T-1 long\n! no such task\n") {
+		t.Errorf("printed %q", s)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/roombridge/roombridge/connectors/slack"
 	"github.com/roombridge/roombridge/connectors/slack/slacktest"
 	"github.com/roombridge/roombridge/core/coretest"
+	"github.com/roombridge/roombridge/delegation"
 	"github.com/roombridge/roombridge/internal/syncbuf"
 	"github.com/roombridge/roombridge/internal/testbin"
 	"github.com/roombridge/roombridge/requests"
@@ -75,6 +76,7 @@ type harness struct {
 	bridge *coretest.Bridge
 	db     *bolt.DB
 	svc    *requests.Service
+	del    *delegation.Service
 	conn   *feishu.Connector
 	events atomic.Int64
 }
@@ -148,7 +150,7 @@ func (h *harness) start() {
 	}
 	h.bridge = coretest.Start(t, coretest.Options{Config: h.config(), Dir: h.dir, Log: h.log,
 		Connectors: func() []chat.Connector { return conns }})
-	h.db, h.svc, h.conn = h.bridge.DB, h.bridge.Requests(), conn
+	h.db, h.svc, h.del, h.conn = h.bridge.DB, h.bridge.Requests(), h.bridge.Delegation(), conn
 	if h.s.mode == feishu.ModeCallback {
 		h.waitUntil("the connector receiving callbacks", conn.Receiving)
 	}

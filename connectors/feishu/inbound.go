@@ -46,9 +46,10 @@ func (c *Connector) onMessage(ctx context.Context, ev *larkim.P2MessageReceiveV1
 	}
 	msgID := *ev.Event.Message.MessageId
 	tell := func(r chat.Response) {
-		// A refusal is worth a reply when the person addressed the bot;
-		// chatter in a topic that merely fails to route is only logged.
-		if !r.Error || r.Text == "" || (in.Kind == chat.Reply && !mentioned) {
+		// A refusal, or the answer to a command ("@bridge tasks"), is worth
+		// a reply when the person addressed the bot; chatter in a topic
+		// that merely fails to route is only logged.
+		if !r.Error && !r.Answer || r.Text == "" || (in.Kind == chat.Reply && !mentioned) {
 			return
 		}
 		c.notice(in.Channel, msgID, in.ID, r.Text)
@@ -256,10 +257,11 @@ func (c *Connector) call(ctx context.Context, h chat.Handler, ev chat.Event, lat
 	}
 }
 
-// notice tells a person why the bridge refused their message, as a reply to
-// it (Feishu has no ephemeral text message). It sends in the background, so
-// the event's ack never waits for the rate limiter; the uuid derived from the
-// event ID keeps a redelivered event from repeating the notice.
+// notice tells a person why the bridge refused their message (or answers
+// their command), as a reply to it (Feishu has no ephemeral text message).
+// It sends in the background, so the event's ack never waits for the rate
+// limiter; the uuid derived from the event ID keeps a redelivered event from
+// repeating the notice.
 func (c *Connector) notice(chatID, msgID, eventID, text string) {
 	content, err := json.Marshal(map[string]string{"text": clip.Text(text, maxText, clip.Runes)})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/core/coretest"
+	"github.com/roombridge/roombridge/delegation"
 	"github.com/roombridge/roombridge/internal/syncbuf"
 	"github.com/roombridge/roombridge/internal/testbin"
 
@@ -90,6 +91,7 @@ type harness struct {
 	bridge *coretest.Bridge
 	db     *bolt.DB
 	svc    *requests.Service
+	del    *delegation.Service
 	conn   *slack.Connector
 	events atomic.Int64
 }
@@ -159,7 +161,7 @@ func (h *harness) start() {
 	}
 	h.bridge = coretest.Start(t, coretest.Options{Config: h.config(), Dir: h.dir, Log: h.log,
 		Connectors: func() []chat.Connector { return []chat.Connector{c} }})
-	h.db, h.svc, h.conn = h.bridge.DB, h.bridge.Requests(), conn
+	h.db, h.svc, h.del, h.conn = h.bridge.DB, h.bridge.Requests(), h.bridge.Delegation(), conn
 	if h.s.mode == slack.ModeSocket {
 		h.waitFake("a socket mode connection", func(s *slacktest.Server) bool { return s.Connections() > 0 })
 	}

@@ -12,7 +12,8 @@ import (
 // Inbound events, the same in both modes:
 //
 //   - an app_mention at the top level of a channel is an Ask (the bot's
-//     mention removed; the agent's name may follow, the core resolves it);
+//     mention removed; the agent's name may follow, the core resolves it;
+//     the core also tells a command from an ask: "@bridge tasks");
 //   - a message in a thread (a reply, also one broadcast to the channel) is a
 //     Reply with Thread set to the thread's parent; the core finds the
 //     request whose thread it is. app_mention events inside threads are
@@ -103,12 +104,13 @@ func fromInteraction(ic slackgo.InteractionCallback) []chat.Event {
 	return out
 }
 
-// respond shows the actor a refusal as an ephemeral message (in the thread
-// it came from). Successes say nothing: the thread shows what happened.
+// respond shows the actor a refusal or the answer to a command (a mention
+// such as "@bridge tasks") as an ephemeral message (in the thread it came
+// from). Other successes say nothing: the thread shows what happened.
 // Ephemeral messages are not effects of the outbox: they belong to the actor
 // alone, are not durable in Slack either, and cannot be updated.
 func (c *Connector) respond(ctx context.Context, ev chat.Event, r chat.Response) {
-	if !r.Error || r.Text == "" || ev.Channel == "" {
+	if !r.Error && !r.Answer || r.Text == "" || ev.Channel == "" {
 		return
 	}
 	user := ev.User[len(chat.Slack)+1:]
@@ -117,6 +119,6 @@ func (c *Connector) respond(ctx context.Context, ev chat.Event, r chat.Response)
 		opts = append(opts, slackgo.MsgOptionTS(ev.Thread.ID))
 	}
 	if _, err := c.api.PostEphemeralContext(ctx, ev.Channel, user, opts...); err != nil {
-		c.log.WarnContext(ctx, "posting an ephemeral refusal", "user", ev.User, "channel", ev.Channel, "error", err)
+		c.log.WarnContext(ctx, "posting an ephemeral answer", "user", ev.User, "channel", ev.Channel, "error", err)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/delegation"
 	"github.com/roombridge/roombridge/delegation/mcptools"
+	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store/bolt"
 	"github.com/roombridge/roombridge/threads"
@@ -55,9 +56,10 @@ func newEnv(t *testing.T, ags ...agents.Agent) *env {
 	t.Cleanup(func() { _ = db.Close() })
 	rs := []config.Room{{Name: "main", Console: true, Agents: []string{"coder", "reviewer"}}}
 	svc := requests.NewService(db, clock.Real{}, "acme", []string{alice})
-	th := threads.New(rs, chat.Console)
+	roomDir := directory.New(rs, []string{alice}, chat.Console)
+	th := threads.New(roomDir)
 	svc.AddObserver("threads", th.Observe)
-	appr := approvals.New(approvals.Options{Requests: svc, Rooms: rs, TTL: time.Hour, Threads: th, Surfaces: []string{chat.Console}})
+	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, TTL: time.Hour, Threads: th})
 	svc.AddObserver("approvals", appr.Observe)
 	del := delegation.New(delegation.Options{Requests: svc, Agents: []string{"coder", "reviewer"}, Workdir: dir, Threads: th})
 	svc.AddObserver("delegation", del.Observe)

@@ -12,6 +12,7 @@ import (
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/election"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
@@ -71,7 +72,7 @@ func BenchmarkRequestCreate(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/workers=%d", be.name, workers), func(b *testing.B) {
 				s := be.open(b)
 				svc := requests.NewService(s, clock.Real{}, "acme", []string{"console:alice"})
-				svc.AddObserver("threads", threads.New(rooms, chat.Console).Observe)
+				svc.AddObserver("threads", threads.New(directory.New(rooms, []string{"console:alice"}, chat.Console)).Observe)
 				lat := make([]time.Duration, b.N)
 				var next sync.Mutex
 				i := 0

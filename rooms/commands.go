@@ -1,0 +1,209 @@
+package rooms
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/roombridge/roombridge/approvals"
+	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/delegation"
+	"github.com/roombridge/roombridge/requests"
+)
+
+// Tasks is what the "tasks" and "dismiss ID" commands need of background
+// tasks (*delegation.Service).
+type Tasks interface {
+	// Running lists the tasks of room that its listing shows.
+	Running(ctx context.Context, room string) ([]delegation.Task, error)
+	// DismissTask clears ended task id from its room's listing for actor.
+	DismissTask(ctx context.Context, id, actor, surface string) (*delegation.Task, error)
+}
+
+// help lists the chat commands.
+const help = "commands: @agent ask | inbox | tasks | dismiss TASK | approve ID | deny ID | answer ID TEXT | cancel ID | retry ID | show ID | revoke USER"
+
+// Shapes of the arguments of commands typed in a mention (IsCommand).
+var (
+	refRE  = regexp.MustCompile(`^[RT](?:[0-9]{8})?-[0-9]+(?:\.q?[0-9]+)?$`)
+	userRE = regexp.MustCompile(`^[a-z]+:[^\s:]+$`)
+)
+
+// IsCommand reports whether text (a mention of the bot, an ask) is a
+// command rather than an ask: a command's verb alone (help, inbox, tasks),
+// or followed by exactly what it takes (an ID: "approve R-07", "dismiss
+// T-3"; an ID and text: "answer R-07.q1 yes"; a user: "revoke slack:U1").
+// Anything else is an ask of the room's first agent ("show me the logs");
+// naming the agent ("@bridge coder tasks") always asks it.
+func IsCommand(text string) bool {
+	f := strings.Fields(text)
+	if len(f) == 0 {
+		return false
+	}
+	switch f[0] {
+	case "help", "inbox", "tasks":
+		return len(f) == 1
+	case "dismiss", "approve", "deny", "cancel", "retry", "show":
+		return len(f) == 2 && refRE.MatchString(f[1])
+	case "answer":
+		return len(f) >= 3 && refRE.MatchString(f[1])
+	case "revoke":
+		return len(f) == 2 && userRE.MatchString(f[1])
+	}
+	return false
+}
+
+// command carries out a typed command (the console's lines, a mention that
+// IsCommand): every surface's commands are parsed and authorised here. A
+// command other than help must come from a channel bound to a room.
+func (rt *Router) command(ctx context.Context, ev chat.Event) (string, error) {
+	verb, arg, _ := strings.Cut(strings.TrimSpace(ev.Text), " ")
+	arg = strings.TrimSpace(arg)
+	if verb == "help" {
+		return help, nil
+	}
+	room, ok := rt.rooms.Room(ev.Surface, ev.Channel)
+	if !ok {
+		return "", fmt.Errorf("%s %s is not bound to a room", ev.Surface, ev.Channel)
+	}
+	switch verb {
+	case "inbox":
+		in, err := rt.appr.Inbox(ctx, room.Name)
+		if err != nil {
+			return "", err
+		}
+		return in.Text(), nil
+	case "tasks":
+		return rt.tasksText(ctx, room.Name)
+	case "dismiss":
+		return rt.dismiss(ctx, arg, ev.User, ev.Surface)
+	case "revoke":
+		ids, err := rt.appr.Revoke(ctx, arg, ev.User, ev.Surface)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s revoked: %d waiting request(s) cancelled %v; running ones finish", arg, len(ids), ids), nil
+	case "approve", "deny":
+		a, err := rt.Decide(ctx, arg, verb == "approve", ev.User, ev.Surface)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s %s", a.ID, a.State), nil
+	case "answer":
+		id, text, _ := strings.Cut(arg, " ")
+		q, err := rt.Answer(ctx, id, text, ev.User, ev.Surface)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s answered; %s gets your answer", q.ID, approvals.QuestionAsker(q)), nil
+	case "cancel", "retry", "show":
+		return rt.requestCommand(ctx, verb, arg, ev)
+	}
+	return "", fmt.Errorf("unknown command %q (try help)", verb)
+}
+
+// requestCommand carries out a command on request arg: cancel, retry, show.
+func (rt *Router) requestCommand(ctx context.Context, verb, arg string, ev chat.Event) (string, error) {
+	id, err := requests.ParseRef(arg, rt.svc.Clock().Now())
+	if err != nil {
+		return "", err
+	}
+	switch verb {
+	case "cancel":
+		r, err := rt.Cancel(ctx, id, ev.User, ev.Surface)
+		if err != nil {
+			return "", err
+		}
+		if r.State == requests.Running {
+			return fmt.Sprintf("%s will stop at its next safe point", r.ID), nil
+		}
+		return fmt.Sprintf("%s cancelled", r.ID), nil
+	case "retry":
+		r, err := rt.Retry(ctx, id, ev.User, ev.Surface)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s → %s (%s), retry of %s", r.ID, r.Agent, r.State, id), nil
+	}
+	r, err := rt.svc.Get(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s · %s · %s · asked by %s: %s", r.ID, r.Agent, r.State, r.Requester, r.Ask), nil
+}
+
+// errNoTasks: the bridge runs no background tasks.
+var errNoTasks = fmt.Errorf("background tasks are not available")
+
+// tasksText answers "tasks": the background tasks of room, as lines.
+func (rt *Router) tasksText(ctx context.Context, room string) (string, error) {
+	if rt.tasks == nil {
+		return "", errNoTasks
+	}
+	ts, err := rt.tasks.Running(ctx, room)
+	if err != nil {
+		return "", err
+	}
+	return TasksText(ts), nil
+}
+
+// dismiss answers "dismiss ID": it clears ended task id from its room's
+// listing on behalf of user (who may do so wherever the tasks are listed,
+// as through the HTTP API; delegation audits it).
+func (rt *Router) dismiss(ctx context.Context, id, user, surface string) (string, error) {
+	if id == "" || strings.Contains(id, " ") {
+		return "", fmt.Errorf("dismiss needs one task ID (dismiss T-3)")
+	}
+	if rt.tasks == nil {
+		return "", errNoTasks
+	}
+	t, err := rt.tasks.DismissTask(ctx, id, user, surface)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s dismissed (by %s)", t.Line(), t.DismissedBy), nil
+}
+
+// TasksText renders a room's task listing (delegation.Service.Running) for
+// the "tasks" command.
+func TasksText(ts []delegation.Task) string {
+	if len(ts) == 0 {
+		return "no background tasks running"
+	}
+	running := 0
+	for _, t := range ts {
+		if t.State == delegation.TaskRunning {
+			running++
+		}
+	}
+	head := fmt.Sprintf("%d background task(s) running", running)
+	if ended := len(ts) - running; ended > 0 {
+		head += fmt.Sprintf(", %d failed or interrupted (\"dismiss ID\" clears one)", ended)
+	}
+	lines := []string{head + ":"}
+	for _, t := range ts {
+		when := "since " + t.Started.Format(time.TimeOnly)
+		if t.State != delegation.TaskRunning {
+			when = t.State + " at " + t.Ended.Format(time.TimeOnly)
+			if t.Reason != "" {
+				when += ": " + clip(t.Reason, 80)
+			}
+		}
+		lines = append(lines, fmt.Sprintf("%s %s (%s for %s, %s): %s", t.ID, t.Name, t.Agent, t.Request, when, clip(t.What(), 80)))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// clip cuts s to at most n bytes, at a character boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
