@@ -6,11 +6,11 @@ import (
 	"regexp"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/delegation"
+	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/requests"
 )
 
@@ -189,21 +189,10 @@ func TasksText(ts []delegation.Task) string {
 		if t.State != delegation.TaskRunning {
 			when = t.State + " at " + t.Ended.Format(time.TimeOnly)
 			if t.Reason != "" {
-				when += ": " + clip(t.Reason, 80)
+				when += ": " + clip.Text(t.Reason, 80, clip.Bytes)
 			}
 		}
-		lines = append(lines, fmt.Sprintf("%s %s (%s for %s, %s): %s", t.ID, t.Name, t.Agent, t.Request, when, clip(t.What(), 80)))
+		lines = append(lines, fmt.Sprintf("%s %s (%s for %s, %s): %s", t.ID, t.Name, t.Agent, t.Request, when, clip.Text(t.What(), 80, clip.Bytes)))
 	}
 	return strings.Join(lines, "\n")
-}
-
-// clip cuts s to at most n bytes, at a character boundary.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }
