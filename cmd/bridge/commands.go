@@ -18,11 +18,18 @@ import (
 // errUsage marks a command-line mistake.
 var errUsage = errors.New("usage")
 
-const usage = `usage: bridge <command> [flags]
+// usageText is the help, with the name the program was invoked as.
+func usageText() string {
+	return strings.ReplaceAll(`usage: PROG <command> [flags]
 
-  run [--config FILE]                 run the daemon (no config: console room, embedded store, demo agents)
+  run [--config FILE] [--http ADDR] [--log-level L] [--log-format text|json]
+                                      run the daemon (no config: console room, embedded store, demo agents);
+                                      --http overrides http.addr (port 0: any free port), --log-level
+                                      debug|info|warn|error and --log-format override the config's log
+  init [--dir D] [--slack] [--feishu] write a commented config and its token files into D (default .);
+                                      --slack also the Slack app manifest, --feishu the Feishu app's settings
   demo-agent                          the built-in demo agent (exec protocol on stdin/stdout)
-  config check [--config FILE]        validate a configuration
+  config check [--config FILE]        validate a configuration and say what it will do
   requests list [--state S] [--agent A]
   requests show ID
   cancel ID | retry ID
@@ -33,12 +40,14 @@ const usage = `usage: bridge <command> [flags]
   tasks stop ID                       stop a background task (its request is told the work is incomplete)
   tasks dismiss ID                    clear a failed or interrupted task from the room's tasks
   audit export [--since T] [--until T] [--format jsonl|csv] [-o FILE]
+                                      the format defaults to -o's extension (.csv, .jsonl), else jsonl
 
-Commands that talk to a running daemon take --api URL and --config FILE.`
+Commands that talk to a running daemon take --api URL and --config FILE.`, "PROG", progName())
+}
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: no command\n%s", errUsage, usage)
+		return fmt.Errorf("%w: no command\n%s", errUsage, usageText())
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
@@ -90,11 +99,13 @@ func run(ctx context.Context, args []string) error {
 			return fmt.Errorf("%w: audit export [flags]", errUsage)
 		}
 		return auditExport(ctx, rest[1:], os.Stdout, os.Stderr)
+	case "init":
+		return initCmd(rest, os.Stdout)
 	case "help", "-h", "--help":
-		fmt.Println(usage)
+		fmt.Println(usageText())
 		return nil
 	}
-	return fmt.Errorf("%w: unknown command %q\n%s", errUsage, cmd, usage)
+	return fmt.Errorf("%w: unknown command %q\n%s", errUsage, cmd, usageText())
 }
 
 // newFlags returns a flag set whose errors are returned, not printed+exited.
