@@ -84,7 +84,7 @@ func Manifest(appName, mode, baseURL string) ([]byte, error) {
 	m := map[string]any{
 		"display_information": map[string]any{"name": appName,
 			"description": "AI agents in this workspace's channels, through roombridge"},
-		"features": map[string]any{"bot_user": map[string]any{"display_name": appName, "always_online": true}},
+		"features":     map[string]any{"bot_user": map[string]any{"display_name": appName, "always_online": true}},
 		"oauth_config": map[string]any{"scopes": map[string]any{"bot": slices.Clone(ScopeNames())}},
 		"settings": map[string]any{
 			"event_subscriptions":    events,
