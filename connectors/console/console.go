@@ -29,7 +29,7 @@ type Connector struct {
 	mu     sync.Mutex
 	out    io.Writer
 	user   string
-	self   string // who started the console; "/as" alone comes back to them
+	self   string            // who started the console; "/as" alone comes back to them
 	status map[string]string // last status printed per message
 	seq    int
 }
