@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -144,10 +145,55 @@ func configCheck(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	describeConfig(out, c)
+	return nil
+}
+
+// describeConfig says what c will do: its surfaces, rooms, agents, store and
+// HA, after the "config ok" line.
+func describeConfig(out io.Writer, c *config.Config) {
 	var agentNames []string
 	for n := range c.Agents {
 		agentNames = append(agentNames, n)
 	}
-	fmt.Fprintf(out, "config ok: owner %s, %d room(s), agents %s\n", c.Owner, len(c.Rooms), strings.Join(sorted(agentNames), ", "))
-	return nil
+	agentNames = sorted(agentNames)
+	fmt.Fprintf(out, "config ok: owner %s, %d room(s), agents %s\n", c.Owner, len(c.Rooms), strings.Join(agentNames, ", "))
+	var surfaces []string
+	if c.Slack != nil {
+		surfaces = append(surfaces, "slack ("+orDefault(c.Slack.Mode, "socket")+" mode)")
+	}
+	if c.Feishu != nil {
+		surfaces = append(surfaces, "feishu ("+orDefault(c.Feishu.Mode, "ws")+" mode)")
+	}
+	if c.Console != nil {
+		surfaces = append(surfaces, "console (as console:"+c.Console.User+")")
+	}
+	surfaces = append(surfaces, "api (http://"+c.HTTP.Addr+", token "+orDefault(c.HTTP.APITokenFile, "inline")+")")
+	fmt.Fprintf(out, "surfaces: %s\n", strings.Join(surfaces, ", "))
+	fmt.Fprintf(out, "owners (asks run without approval): %s\n", orDefault(strings.Join(c.Owners, ", "), "none"))
+	for _, r := range c.Rooms {
+		var where []string
+		if r.SlackChannel != "" {
+			where = append(where, "slack "+r.SlackChannel)
+		}
+		if r.FeishuChat != "" {
+			where = append(where, "feishu "+r.FeishuChat)
+		}
+		if r.Console {
+			where = append(where, "console")
+		}
+		fmt.Fprintf(out, "room %s: %s; agents %s; members %s; approvers %s\n", r.Name, strings.Join(where, ", "),
+			strings.Join(r.Agents, ", "), orDefault(strings.Join(r.Members, ", "), "anyone there"),
+			orDefault(strings.Join(r.Approvers, ", "), "the owners"))
+	}
+	for _, n := range agentNames {
+		a := c.Agents[n]
+		fmt.Fprintf(out, "agent %s: %s, %s, workdir %s\n", n, a.Kind, strings.Join(a.Command, " "), orDefault(a.Workdir, "the current directory"))
+	}
+	if c.HA != nil {
+		fmt.Fprintf(out, "store: etcd %s (prefix %s); HA: the instances elect a leader (lease %s)\n",
+			strings.Join(c.HA.Etcd, ","), c.HA.Prefix, c.HA.LeaseTTL)
+	} else {
+		fmt.Fprintf(out, "store: bolt %s; single node\n", filepath.Join(c.DataDir, "bridge.db"))
+	}
 }

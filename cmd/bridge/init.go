@@ -113,21 +113,29 @@ func consoleUserName() string {
 	return u
 }
 
-// agentCommand is how the demo agents are run: this executable, by its
-// absolute path, unless it is a `go run` build in the temporary directory;
-// then ./bin/bridge, the README's build.
+// agentCommand is how the demo agents are run: this executable by its
+// absolute path, unless it is a `go run` build (in the temporary directory
+// or the build cache); then the README's build, bin/bridge, made absolute.
 func agentCommand() string {
 	exe, err := os.Executable()
-	if err == nil && !strings.HasPrefix(exe, os.TempDir()) {
+	if err == nil && !transientBuild(exe) {
 		return exe
 	}
+	if abs, err := filepath.Abs(filepath.Join("bin", "bridge")); err == nil {
+		return abs
+	}
 	return "./bin/bridge"
+}
+
+// transientBuild reports whether path is a `go run` or `go test` build.
+func transientBuild(path string) bool {
+	return strings.HasPrefix(path, os.TempDir()) || strings.Contains(path, string(filepath.Separator)+"go-build")
 }
 
 // invokedPath is how to run this program again from here: as it was
 // invoked, unless that is a `go run` build in the temporary directory.
 func invokedPath() string {
-	if len(os.Args) == 0 || strings.HasPrefix(os.Args[0], os.TempDir()) {
+	if len(os.Args) == 0 || transientBuild(os.Args[0]) {
 		return "./bin/bridge"
 	}
 	return os.Args[0]

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -199,5 +200,41 @@ func TestHelpNamesInvokedProgram(t *testing.T) {
 	stderr, _ := cmd.CombinedOutput()
 	if cmd.ProcessState.ExitCode() != 2 || !strings.HasPrefix(string(stderr), "roombridge: usage: unknown command") {
 		t.Errorf("exit %d, stderr %.80q: want 2 and the invoked name", cmd.ProcessState.ExitCode(), stderr)
+	}
+}
+
+// mdLink is a Markdown link's target.
+var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+// TestReadmeLinks: every relative link in the README and docs/ resolves to
+// a file of the repository, and no file of the repository points outside it
+// (the design is docs/design.md, not a sibling directory).
+func TestReadmeLinks(t *testing.T) {
+	root := filepath.Join("..", "..")
+	docs, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	for _, f := range append(docs, filepath.Join(root, "README.md")) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range mdLink.FindAllStringSubmatch(string(b), -1) {
+			target, _, _ := strings.Cut(m[1], "#")
+			if target == "" || strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(filepath.Dir(f), target)); err != nil {
+				t.Errorf("%s links to %s, which does not exist", f, m[1])
+			}
+		}
+	}
+	out, err := exec.Command("git", "-C", root, "grep", "--untracked", "-n", "-e", `\.\./shared`, "-e", `DESIGN\.md`,
+		"-e", "DESIGN §", "--", ".", ":!cmd/bridge/readme_test.go").Output()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		t.Errorf("files point outside the repository:\n%s", out)
+	case errors.As(err, &exit) && exit.ExitCode() == 1: // no match
+	default:
+		t.Logf("git grep (not a checkout?): %v", err)
 	}
 }
