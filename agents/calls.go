@@ -387,7 +387,7 @@ func (s *Scheduler) issueTools(ctx context.Context, log *slog.Logger, id request
 // YieldIfWaiting: a CLI agent that delegated over MCP): if the request
 // waits on a rendezvous or task it started, or the result of one arrived
 // during the turn, its final text is posted in the thread and the request
-// waits, as after a yield (DESIGN §3: a turn that ends with "task started"
+// waits, as after a yield (docs/design.md §3: a turn that ends with "task started"
 // is not an answer). Otherwise the text is its answer. Replies of people
 // that arrived during the turn do not make it wait: they are reported as
 // undelivered, as for any final answer.

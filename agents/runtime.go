@@ -149,7 +149,7 @@ type BackgroundRun struct {
 }
 
 // Delegator carries out delegation for the scheduler: ask_agent,
-// background_run, and what a yield waits on (DESIGN §3). Results come back
+// background_run, and what a yield waits on (docs/design.md §3). Results come back
 // through Deliver (an InputAnswer or InputTaskResult), which starts the
 // waiting request's next turn. With no Delegator, calls are answered
 // "delegation is not available" and a yield fails the request.

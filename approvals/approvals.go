@@ -7,7 +7,7 @@
 // ttl), revokes a user's waiting requests, and lists a room's inbox.
 //
 // Work delegated by another request belongs to the conversation a person
-// started, the root of the delegation chain (DESIGN §3): its cards and
+// started, the root of the delegation chain (docs/design.md §3): its cards and
 // questions are shown in the root request's thread too, labelled with the
 // request that asks, and listed in the root room's inbox.
 package approvals

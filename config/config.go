@@ -17,7 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Config is the whole configuration (DESIGN §5).
+// Config is the whole configuration (docs/design.md §5).
 type Config struct {
 	Owner      string           `yaml:"owner"`
 	Owners     []string         `yaml:"owners"`

@@ -1,4 +1,4 @@
-// Package delegation carries out agents asking agents (DESIGN §3): ask_agent
+// Package delegation carries out agents asking agents (docs/design.md §3): ask_agent
 // creates the delegated request and a rendezvous in one transaction, the
 // asking request waits (running, parked) while the rendezvous is open, and
 // the delegated request's end closes the rendezvous and delivers its answer

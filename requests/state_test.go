@@ -11,7 +11,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-// lifecycle is DESIGN.md §2 written out independently of the package's table:
+// lifecycle is docs/design.md §2 written out independently of the package's table:
 // the legal (state, event) pairs and where they lead. Every pair not listed
 // is illegal.
 var lifecycle = map[requests.State]map[requests.Event]requests.State{

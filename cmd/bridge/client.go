@@ -299,14 +299,14 @@ func auditExport(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs := newFlags("audit export")
 	since := fs.String("since", "", "from this time (RFC 3339 or YYYY-MM-DD), inclusive")
 	until := fs.String("until", "", "to this time, exclusive")
-	format := fs.String("format", "jsonl", "jsonl or csv")
+	format := fs.String("format", "", "jsonl or csv (default: from -o's extension, else jsonl)")
 	output := fs.String("o", "", "write to this file instead of stdout")
 	mk := apiFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *format != "jsonl" && *format != "csv" {
-		return fmt.Errorf("%w: --format: %q (want jsonl or csv)", errUsage, *format)
+	if err := exportFormat(format, *output); err != nil {
+		return err
 	}
 	c, err := mk()
 	if err != nil {
@@ -342,6 +342,28 @@ func auditExport(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	bar.finish()
 	if err != nil {
 		return fmt.Errorf("audit export: after %d bytes: %w", n, err)
+	}
+	return nil
+}
+
+// exportFormat settles the export's format: --format if given, else the
+// extension of -o (.csv, .jsonl, .json), else jsonl. A --format that
+// contradicts a known extension is refused, so x.csv never holds JSONL.
+func exportFormat(format *string, output string) error {
+	ext := ""
+	switch strings.ToLower(filepath.Ext(output)) {
+	case ".csv":
+		ext = "csv"
+	case ".jsonl", ".json", ".ndjson":
+		ext = "jsonl"
+	}
+	switch {
+	case *format == "":
+		*format = orDefault(ext, "jsonl")
+	case *format != "jsonl" && *format != "csv":
+		return fmt.Errorf("%w: --format: %q (want jsonl or csv)", errUsage, *format)
+	case ext != "" && ext != *format:
+		return fmt.Errorf("%w: --format %s but -o %s names a %s file", errUsage, *format, output, ext)
 	}
 	return nil
 }
@@ -391,7 +413,7 @@ func tasksList(ctx context.Context, args []string, out io.Writer) error {
 					what = t.Name + ": " + t.RunAgent + " " + t.Run.String() + ": " + t.Text
 				}
 				if t.State != "" && t.State != "running" {
-					what = t.State + " (" + orDefault(t.Reason, "no reason given") + "; clear with `bridge tasks dismiss " + t.TaskID + "`): " + what
+					what = t.State + " (" + orDefault(t.Reason, "no reason given") + "; clear with `" + progName() + " tasks dismiss " + t.TaskID + "`): " + what
 				}
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, t.Kind, id, t.RequestID, t.Agent,

@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -19,11 +21,18 @@ import (
 // errUsage marks a command-line mistake.
 var errUsage = errors.New("usage")
 
-const usage = `usage: bridge <command> [flags]
+// usageText is the help, with the name the program was invoked as.
+func usageText() string {
+	return strings.ReplaceAll(`usage: PROG <command> [flags]
 
-  run [--config FILE]                 run the daemon (no config: console room, embedded store, demo agents)
+  run [--config FILE] [--http ADDR] [--log-level L] [--log-format text|json]
+                                      run the daemon (no config: console room, embedded store, demo agents);
+                                      --http overrides http.addr (port 0: any free port), --log-level
+                                      debug|info|warn|error and --log-format override the config's log
+  init [--dir D] [--slack] [--feishu] write a commented config and its token files into D (default .);
+                                      --slack also the Slack app manifest, --feishu the Feishu app's settings
   demo-agent                          the built-in demo agent (exec protocol on stdin/stdout)
-  config check [--config FILE]        validate a configuration
+  config check [--config FILE]        validate a configuration and say what it will do
   requests list [--state S] [--agent A]
   requests show ID
   cancel ID | retry ID
@@ -34,12 +43,14 @@ const usage = `usage: bridge <command> [flags]
   tasks stop ID                       stop a background task (its request is told the work is incomplete)
   tasks dismiss ID                    clear a failed or interrupted task from the room's tasks
   audit export [--since T] [--until T] [--format jsonl|csv] [-o FILE]
+                                      the format defaults to -o's extension (.csv, .jsonl), else jsonl
 
-Commands that talk to a running daemon take --api URL and --config FILE.`
+Commands that talk to a running daemon take --api URL and --config FILE.`, "PROG", progName())
+}
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: no command\n%s", errUsage, usage)
+		return fmt.Errorf("%w: no command\n%s", errUsage, usageText())
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
@@ -91,11 +102,13 @@ func run(ctx context.Context, args []string) error {
 			return fmt.Errorf("%w: audit export [flags]", errUsage)
 		}
 		return auditExport(ctx, rest[1:], os.Stdout, os.Stderr)
+	case "init":
+		return initCmd(rest, os.Stdout)
 	case "help", "-h", "--help":
-		fmt.Println(usage)
+		fmt.Println(usageText())
 		return nil
 	}
-	return fmt.Errorf("%w: unknown command %q\n%s", errUsage, cmd, usage)
+	return fmt.Errorf("%w: unknown command %q\n%s", errUsage, cmd, usageText())
 }
 
 // newFlags returns a flag set whose errors are returned, not printed+exited.
@@ -134,10 +147,50 @@ func configCheck(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	describeConfig(out, c)
+	return nil
+}
+
+// describeConfig says what c will do: its surfaces, rooms, agents, store and
+// HA, after the "config ok" line.
+func describeConfig(out io.Writer, c *config.Config) {
 	var agentNames []string
 	for n := range c.Agents {
 		agentNames = append(agentNames, n)
 	}
-	fmt.Fprintf(out, "config ok: owner %s, %d room(s), agents %s\n", c.Owner, len(c.Rooms), strings.Join(slices.Sorted(slices.Values(agentNames)), ", "))
-	return nil
+	slices.Sort(agentNames)
+	fmt.Fprintf(out, "config ok: owner %s, %d room(s), agents %s\n", c.Owner, len(c.Rooms), strings.Join(agentNames, ", "))
+	var surfaces []string
+	if c.Slack != nil {
+		surfaces = append(surfaces, "slack ("+orDefault(c.Slack.Mode, "socket")+" mode)")
+	}
+	if c.Feishu != nil {
+		surfaces = append(surfaces, "feishu ("+orDefault(c.Feishu.Mode, "ws")+" mode)")
+	}
+	if c.Console != nil {
+		surfaces = append(surfaces, "console (as console:"+c.Console.User+")")
+	}
+	surfaces = append(surfaces, "api (http://"+c.HTTP.Addr+", token "+orDefault(c.HTTP.APITokenFile, "inline")+")")
+	fmt.Fprintf(out, "surfaces: %s\n", strings.Join(surfaces, ", "))
+	fmt.Fprintf(out, "owners (asks run without approval): %s\n", orDefault(strings.Join(c.Owners, ", "), "none"))
+	for _, r := range c.Rooms {
+		var where []string
+		bound := r.Bound()
+		for _, surface := range slices.Sorted(maps.Keys(bound)) {
+			where = append(where, surface+" "+bound[surface])
+		}
+		fmt.Fprintf(out, "room %s: %s; agents %s; members %s; approvers %s\n", r.Name, strings.Join(where, ", "),
+			strings.Join(r.Agents, ", "), orDefault(strings.Join(r.Members, ", "), "anyone there"),
+			orDefault(strings.Join(r.Approvers, ", "), "the owners"))
+	}
+	for _, n := range agentNames {
+		a := c.Agents[n]
+		fmt.Fprintf(out, "agent %s: %s, %s, workdir %s\n", n, a.Kind, strings.Join(a.Command, " "), orDefault(a.Workdir, "the current directory"))
+	}
+	if c.HA != nil {
+		fmt.Fprintf(out, "store: etcd %s (prefix %s); HA: the instances elect a leader (lease %s)\n",
+			strings.Join(c.HA.Etcd, ","), c.HA.Prefix, c.HA.LeaseTTL)
+	} else {
+		fmt.Fprintf(out, "store: bolt %s; single node\n", filepath.Join(c.DataDir, "bridge.db"))
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 )
 
 func main() {
@@ -21,9 +22,19 @@ func main() {
 
 // fatal prints err (every joined error) and exits: 2 for usage errors, else 1.
 func fatal(err error) {
-	fmt.Fprintln(os.Stderr, "bridge:", err)
+	fmt.Fprintf(os.Stderr, "%s: %v\n", progName(), err)
 	if errors.Is(err, errUsage) {
 		os.Exit(2)
 	}
 	os.Exit(1)
+}
+
+// progName is the name the program was invoked as (./bin/bridge → "bridge",
+// or whatever it was installed as), for help and error output: a "bridge"
+// on PATH may be another program (Debian's iproute2 has one).
+func progName() string {
+	if len(os.Args) == 0 || os.Args[0] == "" {
+		return "bridge"
+	}
+	return filepath.Base(os.Args[0])
 }

@@ -21,6 +21,7 @@ type Connector struct {
 	mu     sync.Mutex
 	out    io.Writer
 	user   string
+	self   string            // who started the console; "/as" alone comes back to them
 	status map[string]string // last status printed per message
 	seq    int
 }
@@ -35,7 +36,7 @@ const maxStatuses = 1024
 // New returns a console room named room, read from in and written to out,
 // where user types (without the console: prefix).
 func New(in io.Reader, out io.Writer, room, user string) *Connector {
-	return &Connector{in: in, out: out, room: room, user: user, status: map[string]string{}}
+	return &Connector{in: in, out: out, room: room, user: user, self: user, status: map[string]string{}}
 }
 
 // Surface implements chat.Connector.
@@ -46,6 +47,10 @@ func (c *Connector) printf(format string, args ...any) {
 	defer c.mu.Unlock()
 	fmt.Fprintf(c.out, format+"\n", args...)
 }
+
+// commands is what can be typed, for the banner and for help.
+const commands = "type @agent <ask>, inbox, tasks, dismiss <task>, approve|deny|cancel|retry|show <ID>, " +
+	"answer <ID> <text>, revoke <user>, /as <user> (act as someone else), /as (back to yourself), help"
 
 // Run reads lines until in ends or ctx is done. The end of input is not an
 // error: the bridge keeps serving its other surfaces.
@@ -62,7 +67,7 @@ func (c *Connector) Run(ctx context.Context, h chat.Handler) error {
 			}
 		}
 	}()
-	c.printf("console room %q: type @agent <ask>, inbox, tasks, dismiss <task>, approve|deny|cancel|retry|show <ID>, answer <ID> <text>, /as <user>, help", c.room)
+	c.printf("console room %q, you are console:%s: %s", c.room, c.user, commands)
 	for {
 		select {
 		case <-ctx.Done():
@@ -86,9 +91,15 @@ func (c *Connector) handle(ctx context.Context, h chat.Handler, line string) {
 	c.mu.Unlock()
 	ev := chat.Event{Surface: chat.Console, Channel: c.room, User: chat.Console + ":" + user, Text: line}
 	switch {
-	case strings.HasPrefix(line, "/as "):
-		who := strings.TrimSpace(strings.TrimPrefix(line, "/as "))
-		if who == "" || strings.ContainsAny(who, " :") {
+	case line == "help":
+		c.printf("* %s", commands)
+		return
+	case line == "/as" || strings.HasPrefix(line, "/as "):
+		who := strings.TrimSpace(strings.TrimPrefix(line, "/as"))
+		if who == "" {
+			who = c.self
+		}
+		if strings.ContainsAny(who, " :") {
 			c.printf("! /as needs a user name without spaces or colons")
 			return
 		}

@@ -59,7 +59,7 @@ const (
 	// DefaultPostSpacing keeps posts into one channel apart: Slack allows
 	// about one chat.postMessage per second per channel.
 	DefaultPostSpacing = time.Second
-	// DefaultEditSpacing keeps edits of one message apart (DESIGN §6: status
+	// DefaultEditSpacing keeps edits of one message apart (docs/design.md §4: status
 	// edits at least 1 s apart per message).
 	DefaultEditSpacing = time.Second
 	// DefaultUpdateEvery and DefaultUpdateBurst budget chat.update for the

@@ -1,5 +1,5 @@
 // Package mcptools serves the agent tools (ask_agent, background_run,
-// task_status, request_approval, ask_user, report_progress; DESIGN §3) over
+// task_status, request_approval, ask_user, report_progress; docs/design.md §3) over
 // MCP at /mcp, with the go-sdk's streamable HTTP transport, plus approval_prompt,
 // which answers Claude Code's permission prompts with approvals of the
 // room. Every HTTP request must carry a per-turn token (Authorization:

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -234,6 +235,18 @@ func (s *Server) Calls(method string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.calls[method]
+}
+
+// Methods lists every Web API method that received a request, sorted.
+func (s *Server) Methods() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ms := make([]string, 0, len(s.calls))
+	for m := range s.calls {
+		ms = append(ms, m)
+	}
+	sort.Strings(ms)
+	return ms
 }
 
 // RateLimited reports how many HTTP 429 responses method got, from limits and from FailNext.
