@@ -110,12 +110,17 @@ type HA struct {
 	AuditRetention time.Duration `yaml:"audit_retention"`
 }
 
-// Log configures logging (to stderr).
+// Log configures logging.
 type Log struct {
 	Level string `yaml:"level"`
 	// Format is text (default: slog's key=value lines) or json (one JSON
 	// object per line).
 	Format string `yaml:"format"`
+	// File is where logs go: "stderr", or a file path. Default: stderr,
+	// except for a console room at a terminal, where the room has the
+	// terminal to itself: <data_dir>/bridge.log, with each warning also
+	// shown there in one short line.
+	File string `yaml:"file"`
 }
 
 // Shutdown configures a graceful stop (the first SIGTERM or SIGINT).

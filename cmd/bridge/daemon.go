@@ -56,17 +56,6 @@ func runCmd(ctx context.Context, args []string) error {
 	return daemon(ctx, cfg)
 }
 
-// newLogger logs to stderr at level, as text (key=value) or json (log.format).
-func newLogger(level, format string) *slog.Logger {
-	var l slog.Level
-	_ = l.UnmarshalText([]byte(strings.ToUpper(orDefault(level, "info"))))
-	opts := &slog.HandlerOptions{Level: l}
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
-}
-
 func orDefault(s, def string) string {
 	if s == "" {
 		return def
@@ -77,13 +66,17 @@ func orDefault(s, def string) string {
 // daemon runs the bridge until ctx ends, then stops gracefully within
 // shutdown.grace (core.Bridge.Stop).
 func daemon(ctx context.Context, cfg *config.Config) error {
-	log := newLogger(cfg.Log.Level, cfg.Log.Format)
-	// Libraries that log through slog's default (or the log package) log
-	// through ours, in its format.
-	slog.SetDefault(log)
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data_dir: %w", err)
 	}
+	log, closeLog, err := openLog(cfg, os.Stderr, isTerminal(os.Stderr))
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	// Libraries that log through slog's default (or the log package) log
+	// through ours, in its format.
+	slog.SetDefault(log)
 	token, err := apiToken(cfg, log)
 	if err != nil {
 		return err
