@@ -245,63 +245,106 @@ func (s *Service) Due(ctx context.Context, now time.Time, limit int) ([]store.Ti
 // now, in one transaction, and reports whether it did. A timer whose
 // approval was settled meanwhile is removed.
 func (s *Service) Expire(ctx context.Context, t store.Timer, now time.Time) (bool, error) {
+	expired, err := s.ExpireBatch(ctx, []store.Timer{t}, now)
+	if err != nil {
+		return false, err
+	}
+	return expired[0], nil
+}
+
+// ExpireBatch is Expire for every timer of ts in one transaction (with the
+// card updates and audit records of each): expired[i] tells whether ts[i]
+// was expired. It makes the Service a ttl.BatchExpirer; the sweeper bounds
+// len(ts) so that the transaction fits the store's limits.
+func (s *Service) ExpireBatch(ctx context.Context, ts []store.Timer, now time.Time) ([]bool, error) {
 	now = now.UTC()
-	// Read the approval and prepare its expiry before the write
-	// transaction, which uses them only if the approval's bytes are
+	// Read the approvals and prepare their expiries before the write
+	// transaction, which uses them only if an approval's bytes are
 	// unchanged: the bolt store runs every write function on one goroutine,
 	// so the work moved out of it (decoding, encoding, rendering: a fifth of
 	// an expiry in BenchmarkSweep) runs in parallel.
-	var raw []byte
-	var pre *settlement
+	raws := make([][]byte, len(ts))
+	pres := make([]*settlement, len(ts))
 	if err := s.store.View(ctx, func(tx store.Tx) error {
-		raw, pre = nil, nil
-		b, err := tx.Get(bucketApprovals, t.ID)
-		if err != nil {
-			return nil // the write transaction sees and handles it
-		}
-		var a Approval
-		if json.Unmarshal(b, &a) != nil || a.State != Pending || now.Before(a.ExpiresAt) {
-			return nil
-		}
-		if st, err := settle(&a, Expired, ActorTTL, "", "", now); err == nil {
-			raw, pre = b, st
+		for i, t := range ts {
+			raws[i], pres[i] = prepareExpiry(tx, t, now)
 		}
 		return nil
 	}); err != nil {
-		return false, fmt.Errorf("approvals: expire %s: %w", t.ID, err)
+		return nil, fmt.Errorf("approvals: expire %s: %w", batchName(ts), err)
 	}
-	var expired bool
+	expired := make([]bool, len(ts))
 	err := s.store.Update(ctx, func(tx store.Tx) error {
-		expired = false
-		st := pre
-		b, err := tx.Get(bucketApprovals, t.ID)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			return store.RemoveTimer(tx, TimerKind, t.Due, t.ID)
-		case err != nil:
-			return err
-		case st == nil || !bytes.Equal(b, raw):
-			a, err := getKeyTx(tx, t.ID, t.ID)
-			switch {
-			case err != nil:
-				return err
-			case a.State != Pending:
-				return store.RemoveTimer(tx, TimerKind, t.Due, t.ID)
-			case now.Before(a.ExpiresAt):
-				return nil
-			}
-			if st, err = settle(a, Expired, ActorTTL, "", "", now); err != nil {
+		for i, t := range ts {
+			ok, err := s.expireOneTx(tx, t, raws[i], pres[i], now)
+			if err != nil {
 				return err
 			}
+			expired[i] = ok
 		}
-		_, err = s.expireTx(tx, st)
-		expired = err == nil
-		return err
+		return nil
 	})
 	if err != nil {
-		return false, fmt.Errorf("approvals: expire %s: %w", t.ID, err)
+		return nil, fmt.Errorf("approvals: expire %s: %w", batchName(ts), err)
 	}
 	return expired, nil
+}
+
+// batchName names a batch of timers in errors: its first ID and its size.
+func batchName(ts []store.Timer) string {
+	if len(ts) == 1 {
+		return ts[0].ID
+	}
+	return fmt.Sprintf("%s (+%d)", ts[0].ID, len(ts)-1)
+}
+
+// prepareExpiry reads the approval of t and, if it is pending and due,
+// prepares its expiry: the bytes read and the settlement (nil, nil when there
+// is nothing to prepare: the write transaction sees and handles it).
+func prepareExpiry(tx store.Tx, t store.Timer, now time.Time) ([]byte, *settlement) {
+	b, err := tx.Get(bucketApprovals, t.ID)
+	if err != nil {
+		return nil, nil
+	}
+	var a Approval
+	if json.Unmarshal(b, &a) != nil || a.State != Pending || now.Before(a.ExpiresAt) {
+		return nil, nil
+	}
+	st, err := settle(&a, Expired, ActorTTL, "", "", now)
+	if err != nil {
+		return nil, nil
+	}
+	return b, st
+}
+
+// expireOneTx expires the approval of t in tx, using pre (prepared from raw)
+// when the approval is unchanged, and reports whether it expired it.
+func (s *Service) expireOneTx(tx store.Tx, t store.Timer, raw []byte, pre *settlement, now time.Time) (bool, error) {
+	st := pre
+	b, err := tx.Get(bucketApprovals, t.ID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return false, store.RemoveTimer(tx, TimerKind, t.Due, t.ID)
+	case err != nil:
+		return false, err
+	case st == nil || !bytes.Equal(b, raw):
+		a, err := getKeyTx(tx, t.ID, t.ID)
+		switch {
+		case err != nil:
+			return false, err
+		case a.State != Pending:
+			return false, store.RemoveTimer(tx, TimerKind, t.Due, t.ID)
+		case now.Before(a.ExpiresAt):
+			return false, nil
+		}
+		if st, err = settle(a, Expired, ActorTTL, "", "", now); err != nil {
+			return false, err
+		}
+	}
+	if _, err := s.expireTx(tx, st); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // expireTx applies st, the expiry of a pending approval: a request's

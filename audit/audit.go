@@ -99,17 +99,31 @@ func Each(ctx context.Context, s store.Store, q Query, fn func(*Record) error) e
 
 func each(ctx context.Context, tx store.Tx, q Query, fn func(*Record) error) error {
 	var r Record
-	visit := func(v []byte) error {
+	return eachRaw(ctx, tx, q, func(v []byte) error {
 		r = Record{}
 		if err := json.Unmarshal(v, &r); err != nil {
 			return fmt.Errorf("audit: decode: %w", err)
 		}
-		// Keys have millisecond resolution, times do not.
-		if r.Time.Before(q.Since) || (!q.Until.IsZero() && !r.Time.Before(q.Until)) {
+		if !q.holds(r.Time) {
 			return nil
 		}
 		return fn(&r)
-	}
+	})
+}
+
+// holds reports whether t is within q's times (keys have millisecond
+// resolution, times do not).
+func (q Query) holds(t time.Time) bool {
+	return !t.Before(q.Since) && (q.Until.IsZero() || t.Before(q.Until))
+}
+
+// bounded reports whether q has a time bound.
+func (q Query) bounded() bool { return !q.Since.IsZero() || !q.Until.IsZero() }
+
+// eachRaw calls visit with the stored bytes of every record whose key
+// matches q (valid only during the call), in time order: the caller filters
+// the exact times (Query.holds).
+func eachRaw(ctx context.Context, tx store.Tx, q Query, visit func(v []byte) error) error {
 	n := 0
 	checkCtx := func() error {
 		n++

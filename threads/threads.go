@@ -77,17 +77,19 @@ func (t *Threads) Observe(tx store.Tx, before, after *requests.Request) error {
 		return nil
 	}
 	id := after.ID.String()
-	waiting, err := waitingTx(tx, id)
-	if err != nil {
-		return err
-	}
 	if before == nil {
-		x, err := t.extraTx(tx, after, waiting)
+		// A request just created waits on nothing yet: no read (on etcd,
+		// the one round trip of a creation that no cache can save).
+		x, err := t.extraTx(tx, after, "")
 		if err != nil {
 			return err
 		}
 		return Enqueue(tx, Effect{Op: OpThread, Request: id, Surface: surface, Channel: channel,
 			Save: ParentRef(id), Message: ParentWith(after, x)})
+	}
+	waiting, err := waitingTx(tx, id)
+	if err != nil {
+		return err
 	}
 	if after.State.Terminal() && !before.State.Terminal() {
 		if err := t.Reply(tx, after, Outcome(after)); err != nil {

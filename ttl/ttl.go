@@ -1,6 +1,7 @@
 // Package ttl is the sweeper that expires what waited too long (approvals):
 // a github.com/robfig/cron/v3 job that reads only what is due, through the
-// store's expiry index, and expires each item in its own transaction. It
+// store's expiry index, and expires the items in batched transactions
+// (bounded to fit every backend's transaction limits). It
 // runs only where the leader's work runs: Start it when a term starts, Stop
 // it when the term ends.
 package ttl
@@ -32,6 +33,17 @@ type Expirer interface {
 	Expire(ctx context.Context, t store.Timer, now time.Time) (bool, error)
 }
 
+// BatchExpirer is an Expirer that can expire several items in one
+// transaction (approvals): the sweeper hands it batches of at most
+// Options.Batch timers, and expires the items of a failed batch one by one,
+// so that one bad item never holds back the others.
+type BatchExpirer interface {
+	Expirer
+	// ExpireBatch does what Expire does for each timer of ts, all in one
+	// transaction: expired[i] tells whether ts[i] was expired.
+	ExpireBatch(ctx context.Context, ts []store.Timer, now time.Time) (expired []bool, err error)
+}
+
 // Defaults of Options.
 const (
 	// DefaultPage is how many due timers one range read returns.
@@ -40,6 +52,15 @@ const (
 	// the store to group-commit them (bolt shares one fsync between up to
 	// 256 concurrent updates; etcd packs them into few Txns).
 	DefaultParallel = 256
+	// DefaultBatch is how many expiries a BatchExpirer makes in one
+	// transaction. An approval's expiry with cards on two surfaces writes
+	// about 20 keys (approval, timer, request and its indexes, the audit
+	// record, the effects on its cards and thread), so 4 fit etcd's 127
+	// writes per Txn, and its 1 MiB unless the asks are long: a batch the
+	// store refuses as too large is expired one by one (store/etcd never
+	// splits a Txn). The store's group commit then packs the batches in
+	// flight into few commits (bolt) or Txns (etcd).
+	DefaultBatch = 4
 )
 
 // Options configure a Sweeper.
@@ -51,8 +72,9 @@ type Options struct {
 	Clock clock.Clock
 	// Log defaults to discarding.
 	Log *slog.Logger
-	// Page and Parallel tune a sweep (defaults DefaultPage, DefaultParallel).
-	Page, Parallel int
+	// Page, Parallel and Batch tune a sweep (defaults DefaultPage,
+	// DefaultParallel, DefaultBatch); Parallel counts batches in flight.
+	Page, Parallel, Batch int
 	// OnSweep, if set, is told what each sweep did (metrics).
 	OnSweep func(Result)
 }
@@ -103,6 +125,9 @@ func New(o Options, expirers ...Expirer) (*Sweeper, error) {
 	}
 	if o.Parallel <= 0 {
 		o.Parallel = DefaultParallel
+	}
+	if o.Batch <= 0 {
+		o.Batch = DefaultBatch
 	}
 	return &Sweeper{o: o, sched: sched, expirers: expirers, log: o.Log}, nil
 }
@@ -220,6 +245,27 @@ func (s *Sweeper) sweep(ctx context.Context, e Expirer, now time.Time, res *Resu
 	defer cancel()
 	seen := map[string]bool{} // handled in this sweep: never tried twice
 	var firstErr error
+	var mu sync.Mutex
+	note := func(t store.Timer, ok bool, err error) { // with mu held
+		seen[t.ID] = true
+		switch {
+		case err != nil:
+			res.Failed++
+			if firstErr == nil {
+				firstErr = err
+			}
+			if errors.Is(err, store.ErrFenced) {
+				cancel()
+			}
+			if ctx.Err() == nil {
+				s.log.ErrorContext(ctx, "expiring", "timer", t.ID, "error", err)
+			}
+		case ok:
+			res.Expired++
+		default:
+			res.Skipped++
+		}
+	}
 	for ctx.Err() == nil {
 		due, err := e.Due(ctx, now, s.o.Page)
 		if err != nil {
@@ -235,40 +281,17 @@ func (s *Sweeper) sweep(ctx context.Context, e Expirer, now time.Time, res *Resu
 			break
 		}
 		res.Due += len(todo)
-		var mu sync.Mutex
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, s.o.Parallel)
-		for _, t := range todo {
+		for _, b := range s.batches(e, todo) {
 			sem <- struct{}{}
 			if ctx.Err() != nil {
 				break
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				defer func() { <-sem }()
-				ok, err := e.Expire(ctx, t, now)
-				mu.Lock()
-				defer mu.Unlock()
-				seen[t.ID] = true
-				switch {
-				case err != nil:
-					res.Failed++
-					if firstErr == nil {
-						firstErr = err
-					}
-					if errors.Is(err, store.ErrFenced) {
-						cancel()
-					}
-					if ctx.Err() == nil {
-						s.log.ErrorContext(ctx, "expiring", "timer", t.ID, "error", err)
-					}
-				case ok:
-					res.Expired++
-				default:
-					res.Skipped++
-				}
-			}()
+				s.expire(ctx, e, b, now, &mu, note)
+			})
 		}
 		wg.Wait()
 		if len(due) < s.o.Page {
@@ -279,6 +302,46 @@ func (s *Sweeper) sweep(ctx context.Context, e Expirer, now time.Time, res *Resu
 		firstErr = parent.Err()
 	}
 	return firstErr
+}
+
+// batches cuts todo into the units the sweep expires: batches of at most
+// Options.Batch for a BatchExpirer, single timers otherwise.
+func (s *Sweeper) batches(e Expirer, todo []store.Timer) [][]store.Timer {
+	n := 1
+	if _, ok := e.(BatchExpirer); ok {
+		n = s.o.Batch
+	}
+	var out [][]store.Timer
+	for len(todo) > 0 {
+		k := min(n, len(todo))
+		out = append(out, todo[:k:k])
+		todo = todo[k:]
+	}
+	return out
+}
+
+// expire expires one unit of the sweep and tells note (under mu) the outcome
+// of each timer. A batch that fails (but not because this instance lost
+// leadership or the sweep ended) is retried one timer at a time.
+func (s *Sweeper) expire(ctx context.Context, e Expirer, b []store.Timer, now time.Time, mu *sync.Mutex, note func(store.Timer, bool, error)) {
+	if be, ok := e.(BatchExpirer); ok && len(b) > 1 {
+		expired, err := be.ExpireBatch(ctx, b, now)
+		if err == nil || errors.Is(err, store.ErrFenced) || ctx.Err() != nil {
+			mu.Lock()
+			defer mu.Unlock()
+			for i, t := range b {
+				note(t, err == nil && expired[i], err)
+			}
+			return
+		}
+		s.log.DebugContext(ctx, "expiring a batch failed: expiring its items one by one", "timers", len(b), "error", err)
+	}
+	for _, t := range b {
+		ok, err := e.Expire(ctx, t, now)
+		mu.Lock()
+		note(t, ok, err)
+		mu.Unlock()
+	}
 }
 
 // cronLogger sends cron's logging to slog: its routine messages at debug.

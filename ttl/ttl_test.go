@@ -154,3 +154,55 @@ func TestStartRecoversPanicsAndStops(t *testing.T) {
 	cancel2()
 	s.Stop()
 }
+
+// batchFake is a fakeExpirer that also expires in batches, all or nothing
+// (as one transaction does), recording each batch's size.
+type batchFake struct {
+	*fakeExpirer
+	sizes []int
+}
+
+func (f *batchFake) ExpireBatch(_ context.Context, ts []store.Timer, _ time.Time) ([]bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sizes = append(f.sizes, len(ts))
+	for _, t := range ts {
+		if f.fail[t.ID] {
+			return nil, errors.New("disk on fire")
+		}
+	}
+	out := make([]bool, len(ts))
+	for i, t := range ts {
+		delete(f.due, t.ID)
+		f.expired = append(f.expired, t.ID)
+		out[i] = true
+	}
+	return out, nil
+}
+
+// A BatchExpirer gets batches of at most Options.Batch; a batch that fails is
+// expired one by one, so only its bad item is left.
+func TestSweepBatchesAndIsolatesAFailedBatch(t *testing.T) {
+	f := &batchFake{fakeExpirer: newFake(100, t0)}
+	f.fail["a"] = true
+	s, err := ttl.New(ttl.Options{Clock: clock.NewFake(t0), Page: 30, Parallel: 2, Batch: 8}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.SweepOnce(context.Background())
+	if err == nil || res.Expired != 99 || res.Failed != 1 || res.Due != 100 || f.left() != 1 {
+		t.Fatalf("sweep: %+v, %v; %d left", res, err, f.left())
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	batched := 0
+	for _, n := range f.sizes {
+		if n > 8 {
+			t.Errorf("a batch of %d, want at most 8", n)
+		}
+		batched += n
+	}
+	if len(f.sizes) > 100/8+100/30+2 || batched < 100 {
+		t.Errorf("batches %v: want the 100 timers in batches of up to 8", f.sizes)
+	}
+}

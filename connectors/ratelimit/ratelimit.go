@@ -1,7 +1,7 @@
 // Package ratelimit paces calls to chat platforms per key (a channel, a
 // chat, a message, an API): Keyed with a token bucket per key, Spacer with one
-// call at a time per key, spaced from the end of the previous call. Shared by
-// the Slack and Feishu connectors.
+// call at a time per key, spaced from the end (or the start) of the previous
+// call. Shared by the Slack and Feishu connectors.
 package ratelimit
 
 import (

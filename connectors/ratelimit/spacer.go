@@ -13,14 +13,23 @@ import (
 const pruneAbove = 1024
 
 // Spacer keeps calls that share a key apart: one at a time per key, and the
-// next starts at least Every after the previous one returned. Spacing from
-// the end of a call (not from its start, as a token bucket does) guarantees
-// the gap where the platform measures it, on arrival, whatever the latency of
-// each call. When a call returns a *chat.RetryAfterError the key waits that
-// long before its next call, so the other effects of the same key do not run
-// into the limit too.
+// next starts at least every after the previous one returned (NewSpacer),
+// or every after it started and at least floor after it returned
+// (NewStartSpacer). Spacing from the end guarantees the gap on arrival
+// whatever the latency of each call, at the cost of one latency per call.
+// Spacing from the start (a token bucket of one token) is the pace of a
+// platform that counts the calls it sees, such as Slack's one post per
+// channel per second: a burst of n calls takes (n-1)·every plus one latency,
+// not n·(every+latency); the floor still guarantees a least gap on arrival
+// (a call arrives before it returns), so a call slowed on its way never
+// makes the next one arrive too close behind it. When a call returns a
+// *chat.RetryAfterError the key waits that long after it returned before
+// its next call, so the other effects of the same key do not run into the
+// limit too.
 type Spacer struct {
-	every time.Duration
+	every     time.Duration
+	fromStart bool
+	floor     time.Duration // from the start: the least gap after a call returned
 
 	mu   sync.Mutex
 	keys map[string]*slot
@@ -37,6 +46,12 @@ func NewSpacer(every time.Duration) *Spacer {
 	return &Spacer{every: every, keys: map[string]*slot{}}
 }
 
+// NewStartSpacer returns a Spacer that starts the calls of one key every
+// apart, each at least floor after the previous one returned.
+func NewStartSpacer(every, floor time.Duration) *Spacer {
+	return &Spacer{every: every, fromStart: true, floor: floor, keys: map[string]*slot{}}
+}
+
 // Do runs fn for key once the key is free and its spacing has passed, and
 // returns fn's error (or ctx's, if ctx ends first).
 func (s *Spacer) Do(ctx context.Context, key string, fn func() error) error {
@@ -48,7 +63,9 @@ func (s *Spacer) Do(ctx context.Context, key string, fn func() error) error {
 		return ctx.Err()
 	}
 	defer func() { <-sl.lock }()
-	if wait := time.Until(sl.next); wait > 0 {
+	at := time.Now() // when this call is due: now, or the slot's next start
+	if wait := sl.next.Sub(at); wait > 0 {
+		at = sl.next
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -58,12 +75,20 @@ func (s *Spacer) Do(ctx context.Context, key string, fn func() error) error {
 		}
 	}
 	err := fn()
-	gap := s.every
-	var ra *chat.RetryAfterError
-	if errors.As(err, &ra) && ra.After > gap {
-		gap = ra.After
+	end := time.Now()
+	sl.next = end.Add(s.every)
+	if s.fromStart {
+		// From when the call was due, not when its timer fired: a late
+		// wake-up does not slow the pace (the floor bounds the catch-up).
+		sl.next = at.Add(s.every)
+		if f := end.Add(s.floor); f.After(sl.next) {
+			sl.next = f
+		}
 	}
-	sl.next = time.Now().Add(gap)
+	var ra *chat.RetryAfterError
+	if errors.As(err, &ra) && end.Add(ra.After).After(sl.next) {
+		sl.next = end.Add(ra.After)
+	}
 	return err
 }
 

@@ -60,3 +60,85 @@ func TestSpacerHonoursRetryAfter(t *testing.T) {
 		t.Errorf("a call during the hour's wait: ran=%v err=%v", ran, err)
 	}
 }
+
+// A start spacer starts the calls of one key every apart (one at a time, a
+// token bucket: never ahead of that pace): the call's latency is not added
+// to the gap, but a call starts at least floor after the previous one
+// returned.
+func TestStartSpacerSpacesFromTheStartOfTheLastCall(t *testing.T) {
+	const every, floor = 40 * time.Millisecond, 35 * time.Millisecond
+	s := NewStartSpacer(every, floor)
+	ctx := context.Background()
+	var mu sync.Mutex
+	var starts, ends []time.Time
+	running := 0
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			_ = s.Do(ctx, "chat", func() error {
+				mu.Lock()
+				running++
+				if running > 1 {
+					t.Error("two calls of one key at once")
+				}
+				starts = append(starts, time.Now())
+				mu.Unlock()
+				time.Sleep(10 * time.Millisecond) // plays the call's latency
+				mu.Lock()
+				running--
+				ends = append(ends, time.Now())
+				mu.Unlock()
+				return nil
+			})
+		})
+	}
+	wg.Wait()
+	for i := 1; i < len(starts); i++ {
+		if since := starts[i].Sub(starts[0]); since < time.Duration(i)*every {
+			t.Errorf("call %d started %s after the first, want at least %d×%s", i, since, i, every)
+		}
+		if gap := starts[i].Sub(ends[i-1]); gap < floor {
+			t.Errorf("call %d started %s after the previous returned, want at least %s", i, gap, floor)
+		}
+	}
+}
+
+// A RetryAfterError holds a start spacer's key for as long as the platform
+// asked, counted from the answer.
+func TestStartSpacerHonoursRetryAfter(t *testing.T) {
+	s := NewStartSpacer(time.Millisecond, time.Millisecond)
+	limited := &chat.RetryAfterError{After: time.Hour, Err: errors.New("429")}
+	_ = s.Do(context.Background(), "chat", func() error { return limited })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	ran := false
+	if err := s.Do(ctx, "chat", func() error { ran = true; return nil }); !errors.Is(err, context.DeadlineExceeded) || ran {
+		t.Errorf("a call during the hour's wait: ran=%v err=%v", ran, err)
+	}
+}
+
+// BenchmarkSpacerBurst drains a burst of 100 calls of one key, each taking
+// a tenth of the spacing (a post's latency against Slack's 1 s), spaced from
+// the end and from the start of the previous call (with the Slack
+// connector's floor, two thirds of the spacing): intervals/100 is the
+// burst's length in spacings (at Slack's 1 s, that many seconds).
+func BenchmarkSpacerBurst(b *testing.B) {
+	const every, latency, n = 20 * time.Millisecond, 2 * time.Millisecond, 100
+	for _, c := range []struct {
+		name string
+		new  func(time.Duration) *Spacer
+	}{{"from=end", NewSpacer}, {"from=start", func(d time.Duration) *Spacer { return NewStartSpacer(d, d*2/3) }}} {
+		b.Run(c.name, func(b *testing.B) {
+			var total time.Duration
+			for range b.N {
+				s := c.new(every)
+				start := time.Now()
+				for range n {
+					_ = s.Do(context.Background(), "C1", func() error { time.Sleep(latency); return nil })
+				}
+				total += time.Since(start)
+			}
+			b.ReportMetric(float64(total)/float64(b.N)/float64(every), "intervals/100")
+		})
+	}
+}

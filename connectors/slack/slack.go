@@ -110,8 +110,11 @@ type Options struct {
 	// Log receives the connector's logs (default slog.Default()).
 	Log *slog.Logger
 
-	// PostSpacing is the least time between the end of one post into a
-	// channel and the start of the next (default DefaultPostSpacing).
+	// PostSpacing is the least time between the starts of two posts into a
+	// channel (default DefaultPostSpacing): Slack counts the posts it sees,
+	// so a burst drains at its pace, not one call's latency slower. A post
+	// also starts at least two thirds of it after the previous one returned,
+	// the least gap Slack can then see between their arrivals.
 	PostSpacing time.Duration
 	// EditSpacing is the same for edits of one message (default DefaultEditSpacing).
 	EditSpacing time.Duration
@@ -221,7 +224,7 @@ func New(opts Options) (*Connector, error) {
 		opts:    opts,
 		api:     slackgo.New(opts.BotToken, apiOpts...),
 		log:     log,
-		posts:   ratelimit.NewSpacer(opts.PostSpacing),
+		posts:   ratelimit.NewStartSpacer(opts.PostSpacing, opts.PostSpacing*2/3),
 		edits:   ratelimit.NewSpacer(opts.EditSpacing),
 		updates: rate.NewLimiter(rate.Every(opts.UpdateEvery), opts.UpdateBurst),
 		reads:   rate.NewLimiter(rate.Every(opts.UpdateEvery), opts.UpdateBurst),

@@ -20,6 +20,7 @@ import (
 	"github.com/roombridge/roombridge/store/etcd"
 	"github.com/roombridge/roombridge/store/etcd/etcdtest"
 	"github.com/roombridge/roombridge/threads"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // BenchmarkRequestCreate creates requests through the real service (request,
@@ -112,4 +113,124 @@ func BenchmarkRequestCreate(b *testing.B) {
 			})
 		}
 	}
+}
+
+// recorder records the writes of a store's Updates (keys and value sizes),
+// for the raw ceiling to write what a creation writes.
+type recorder struct {
+	store.Store
+	mu     sync.Mutex
+	writes map[string]int
+}
+
+type recordingTx struct {
+	store.Tx
+	r *recorder
+}
+
+func (t recordingTx) Put(bucket, key string, v []byte) error {
+	t.r.mu.Lock()
+	t.r.writes[bucket+"/"+key] = len(v)
+	t.r.mu.Unlock()
+	return t.Tx.Put(bucket, key, v)
+}
+
+func (r *recorder) Update(ctx context.Context, fn func(store.Tx) error) error {
+	return r.Store.Update(ctx, func(tx store.Tx) error { return fn(recordingTx{tx, r}) })
+}
+
+// BenchmarkCreateVsFencedTxn runs, side by side (ten alternating rounds),
+// 16 concurrent submitters of Create (with the thread observer) on etcd
+// (one embedded member, loopback, fenced) and the raw ceiling: 16
+// goroutines each committing fenced Txns that put the keys and value sizes
+// one creation writes (recorded from a real one). ratio is creations/s over
+// the ceiling's.
+func BenchmarkCreateVsFencedTxn(b *testing.B) {
+	const workers = 16
+	srv := etcdtest.Start(b)
+	cli := srv.Client(b)
+	l, err := election.New(election.Options{Client: cli, Prefix: "/bench/leader", TTL: 5 * time.Second, Name: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	leading, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = l.Run(ctx, func(ctx context.Context) error { close(leading); <-ctx.Done(); return nil })
+	}()
+	defer func() { cancel(); <-done }()
+	<-leading
+	s, err := etcd.New(cli, etcd.Options{Prefix: "/bench/store", Fence: l})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	rooms := []config.Room{{Name: "main", Console: true, Agents: []string{"coder"}}}
+	observe := threads.New(directory.New(rooms, []string{"console:alice"}, chat.Console)).Observe
+	a := requests.Ask{Agent: "coder", Room: "main", Surface: chat.Console, User: "console:alice", Text: "say hi"}
+	rec := &recorder{Store: s, writes: map[string]int{}}
+	recSvc := requests.NewService(rec, clock.Real{}, "acme", []string{"console:alice"})
+	recSvc.AddObserver("threads", observe)
+	if _, err := recSvc.Create(ctx, a); err != nil {
+		b.Fatal(err)
+	}
+	svc := requests.NewService(s, clock.Real{}, "acme", []string{"console:alice"})
+	svc.AddObserver("threads", observe)
+	fenceKey, fenceRev, ok := l.Term()
+	if !ok {
+		b.Fatal("not leading")
+	}
+	raw := func(i int) error {
+		ops := make([]clientv3.Op, 0, len(rec.writes))
+		for k, n := range rec.writes {
+			ops = append(ops, clientv3.OpPut(fmt.Sprintf("/bench/raw/%s/%d", k, i), string(make([]byte, n))))
+		}
+		resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(fenceKey), "=", fenceRev)).Then(ops...).Commit()
+		if err == nil && !resp.Succeeded {
+			err = store.ErrFenced
+		}
+		return err
+	}
+	create := func(int) error { _, err := svc.Create(ctx, a); return err }
+	run := func(from, to int, op func(int) error) time.Duration {
+		var next sync.Mutex
+		i := from
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range workers {
+			wg.Go(func() {
+				for {
+					next.Lock()
+					n := i
+					i++
+					next.Unlock()
+					if n >= to {
+						return
+					}
+					if err := op(n); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	const rounds = 10
+	var tRaw, tCreate time.Duration
+	b.ResetTimer()
+	for r := range rounds {
+		from, to := b.N*r/rounds, b.N*(r+1)/rounds
+		tRaw += run(from, to, raw)
+		tCreate += run(from, to, create)
+	}
+	b.StopTimer()
+	creates, ceiling := float64(b.N)/tCreate.Seconds(), float64(b.N)/tRaw.Seconds()
+	b.ReportMetric(creates, "creates/s")
+	b.ReportMetric(ceiling, "ceiling/s")
+	b.ReportMetric(creates/ceiling, "ratio")
+	b.ReportMetric(float64(len(rec.writes)), "writes/create")
+	b.ReportMetric(0, "ns/op")
 }

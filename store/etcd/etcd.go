@@ -117,7 +117,22 @@ type Store struct {
 	store.Notifier
 
 	gc *store.GroupCommit
+
+	// warm is what the last committed group read and wrote, as of the
+	// revision of its Txn: the next group starts from it instead of reading
+	// the same keys (sequence counters, indexes) from etcd again. Its
+	// entries are only a starting point: the next Txn compares the
+	// ModRevision of every key it read, cached or not, so a key another
+	// writer changed makes it a conflict, run again from fresh reads. Used
+	// only by the committing goroutine.
+	warm    map[string]cached
+	warmRev int64
+	warmAt  time.Time
 }
+
+// warmFor bounds how long a warm cache is used: its revision must not be
+// compacted away before a group reads at it.
+const warmFor = time.Second
 
 var _ store.Store = (*Store)(nil)
 
@@ -181,6 +196,7 @@ func (s *Store) commit(batch []*store.Call) {
 	for len(batch) > 0 {
 		ctx, cancel := s.groupContext(batch)
 		g := &group{s: s, ctx: ctx, writes: map[string]write{}, reads: map[string]int64{}, cache: map[string]cached{}}
+		warm := s.takeWarm(g)
 		var fenceKey string
 		var fenceRev int64
 		if f := s.opt.Fence; f != nil {
@@ -193,38 +209,15 @@ func (s *Store) commit(batch []*store.Call) {
 				return
 			}
 		}
-		var members []*store.Call
-		var topics []store.Topics
-		rest := batch[:0:0]
-		for i, c := range batch {
-			if err := c.Ctx.Err(); err != nil {
-				c.Done(err)
-				continue
-			}
-			t := &tx{g: g, writable: true, writes: map[string]write{}, reads: map[string]int64{}}
-			if err := c.Run(t); err != nil {
-				c.Done(err)
-				continue
-			}
-			if !g.fits(t, fenceKey != "") {
-				if len(members) == 0 {
-					c.Done(fmt.Errorf("%w: %d writes, %d bytes (limits: %d ops, %d bytes)",
-						ErrTooLarge, len(t.writes), t.bytes(), s.opt.MaxTxnOps-1, s.opt.MaxTxnBytes))
-					continue
-				}
-				rest = batch[i:] // run again in the next group, after this one commits
-				break
-			}
-			g.merge(t)
-			members = append(members, c)
-			topics = append(topics, t.topics)
-		}
-		err := s.txn(g, fenceKey, fenceRev)
+		members, topics, rest := s.runGroup(g, batch, fenceKey != "")
+		rev, verified, err := s.txn(g, fenceKey, fenceRev)
 		cancel()
 		switch {
-		case errors.Is(err, errConflict) && retries < maxConflictRetries:
-			retries++
-			s.opt.Log.Warn("etcd store: a key read changed under the transaction; running it again", "attempt", retries)
+		case errors.Is(err, errConflict) && (warm || retries < maxConflictRetries):
+			if !warm { // a stale warm cache is not a conflict of the calls
+				retries++
+				s.opt.Log.Warn("etcd store: a key read changed under the transaction; running it again", "attempt", retries)
+			}
 			batch = append(members, rest...)
 			continue
 		case err != nil:
@@ -232,6 +225,7 @@ func (s *Store) commit(batch []*store.Call) {
 				c.Done(err)
 			}
 		default:
+			s.keepWarm(g, rev, verified)
 			for i, c := range members {
 				s.Publish(topics[i]...)
 				c.Done(nil)
@@ -240,6 +234,70 @@ func (s *Store) commit(batch []*store.Call) {
 		batch = rest
 		retries = 0
 	}
+}
+
+// runGroup runs the calls of batch into g, as many as fit one Txn, and
+// returns them (with what each notified) and the calls left for the next
+// group. Calls that fail, or whose context ended, are answered here.
+func (s *Store) runGroup(g *group, batch []*store.Call, fenced bool) (members []*store.Call, topics []store.Topics, rest []*store.Call) {
+	for i, c := range batch {
+		if err := c.Ctx.Err(); err != nil {
+			c.Done(err)
+			continue
+		}
+		t := &tx{g: g, writable: true, writes: map[string]write{}, reads: map[string]int64{}}
+		if err := c.Run(t); err != nil {
+			c.Done(err)
+			continue
+		}
+		if !g.fits(t, fenced) {
+			if len(members) == 0 {
+				c.Done(fmt.Errorf("%w: %d writes, %d bytes (limits: %d ops, %d bytes)",
+					ErrTooLarge, len(t.writes), t.bytes(), s.opt.MaxTxnOps-1, s.opt.MaxTxnBytes))
+				continue
+			}
+			return members, topics, batch[i:] // run again in the next group, after this one commits
+		}
+		g.merge(t)
+		members = append(members, c)
+		topics = append(topics, t.topics)
+	}
+	return members, topics, nil
+}
+
+// takeWarm starts g from the warm cache, if it is recent, and reports
+// whether it did; the cache is the group's from now on.
+func (s *Store) takeWarm(g *group) bool {
+	w := s.warm
+	s.warm = nil
+	if w == nil || time.Since(s.warmAt) > warmFor {
+		return false
+	}
+	g.cache, g.rev = w, s.warmRev
+	return true
+}
+
+// keepWarm keeps what group g read and wrote as the warm cache, as of
+// revision rev, its Txn's (0: no Txn was made, nothing is kept). Reads are
+// kept only if the Txn compared them all (verified).
+func (s *Store) keepWarm(g *group, rev int64, verified bool) {
+	if rev == 0 {
+		return
+	}
+	c := g.cache
+	if !verified || len(g.spans) > 0 {
+		// A Scan's keys are not in the cache, but a read may be stale
+		// without its compare: keep only what this Txn wrote.
+		c = make(map[string]cached, len(g.writes))
+	}
+	for k, w := range g.writes {
+		if w.del {
+			c[k] = cached{}
+		} else {
+			c[k] = cached{value: w.value, modRev: rev}
+		}
+	}
+	s.warm, s.warmRev, s.warmAt = c, rev, time.Now()
 }
 
 // groupContext returns the context of one group's etcd calls: bounded by
@@ -278,9 +336,9 @@ var errConflict = errors.New("store: etcd: conflict")
 
 // txn commits g's writes as one etcd Txn guarded by the fence and g's read
 // compares.
-func (s *Store) txn(g *group, fenceKey string, fenceRev int64) error {
+func (s *Store) txn(g *group, fenceKey string, fenceRev int64) (rev int64, verified bool, err error) {
 	if len(g.writes) == 0 && fenceKey == "" {
-		return nil // nothing to write, nothing to check
+		return 0, false, nil // nothing to write, nothing to check
 	}
 	var cmps []clientv3.Cmp
 	if fenceKey != "" {
@@ -290,7 +348,9 @@ func (s *Store) txn(g *group, fenceKey string, fenceRev int64) error {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(fenceKey), "=", fenceRev))
 	}
 	if len(g.writes) > 0 {
-		cmps = append(cmps, g.compares(s.opt.MaxTxnOps-len(cmps))...)
+		reads := g.compares(s.opt.MaxTxnOps - len(cmps))
+		verified = len(reads) == len(g.spans)+len(g.reads)
+		cmps = append(cmps, reads...)
 	}
 	ops := make([]clientv3.Op, 0, len(g.writes))
 	for _, k := range slices.Sorted(maps.Keys(g.writes)) {
@@ -308,20 +368,20 @@ func (s *Store) txn(g *group, fenceKey string, fenceRev int64) error {
 	resp, err := s.cli.Txn(g.ctx).If(cmps...).Then(ops...).Else(orElse...).Commit()
 	if err != nil {
 		if g.ctx.Err() != nil {
-			return fmt.Errorf("store: etcd: commit: outcome unknown: %w", err)
+			return 0, false, fmt.Errorf("store: etcd: commit: outcome unknown: %w", err)
 		}
-		return fmt.Errorf("store: etcd: commit: %w", err)
+		return 0, false, fmt.Errorf("store: etcd: commit: %w", err)
 	}
 	if resp.Succeeded {
-		return nil
+		return resp.Header.Revision, verified, nil
 	}
 	if fenceKey != "" {
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
 		if len(kvs) == 0 || kvs[0].CreateRevision != fenceRev {
 			s.opt.Log.Warn("etcd store: write refused: leadership lost", "election_key", fenceKey, "term", fenceRev)
 			s.opt.Fence.Lost(fenceKey, fenceRev)
-			return fmt.Errorf("store: etcd: commit: %w", store.ErrFenced)
+			return 0, false, fmt.Errorf("store: etcd: commit: %w", store.ErrFenced)
 		}
 	}
-	return errConflict
+	return 0, false, errConflict
 }

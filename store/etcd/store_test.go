@@ -298,3 +298,55 @@ func TestEmptyUpdateIsFenced(t *testing.T) {
 		t.Fatalf("empty Update after the term ended: %v, want ErrFenced", err)
 	}
 }
+
+// The next group starts from what the last one read and wrote (no round
+// trip for the same keys), but a key changed behind the store's back meanwhile
+// is a conflict: the Update runs again from etcd and sees the new value, and a
+// deleted one reads as missing.
+func TestWarmCacheNeverServesAStaleValue(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	s := open(t, cli, etcd.Options{Prefix: "/wc"})
+	ctx := context.Background()
+	incr := func() (string, int) {
+		runs := 0
+		var seen string
+		if err := s.Update(ctx, func(tx store.Tx) error {
+			runs++
+			v, err := tx.Get("c", "n")
+			if errors.Is(err, store.ErrNotFound) {
+				v, err = nil, nil
+			}
+			if err != nil {
+				return err
+			}
+			seen = string(v)
+			return tx.Put("c", "n", append(v, '+'))
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return seen, runs
+	}
+	if seen, _ := incr(); seen != "" {
+		t.Fatalf("first read %q, want nothing", seen)
+	}
+	if seen, runs := incr(); seen != "+" || runs != 1 {
+		t.Errorf("second: read %q in %d runs, want + in 1 (from the warm cache, no conflict)", seen, runs)
+	}
+	if _, err := cli.Put(ctx, "/wc/c/n", "5"); err != nil {
+		t.Fatal(err)
+	}
+	if seen, runs := incr(); seen != "5" || runs != 2 {
+		t.Errorf("after a foreign write: read %q in %d runs, want 5 in 2", seen, runs)
+	}
+	if _, err := cli.Delete(ctx, "/wc/c/n"); err != nil {
+		t.Fatal(err)
+	}
+	if seen, _ := incr(); seen != "" {
+		t.Errorf("after a foreign delete: read %q, want nothing", seen)
+	}
+	got, _ := cli.Get(ctx, "/wc/c/n")
+	if v := string(got.Kvs[0].Value); v != "+" {
+		t.Errorf("value %q, want +", v)
+	}
+}

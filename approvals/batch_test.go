@@ -1,0 +1,106 @@
+package approvals_test
+
+import (
+	"context"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/roombridge/roombridge/approvals"
+	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/clock"
+	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/directory"
+	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/store"
+	"github.com/roombridge/roombridge/store/bolt"
+	"github.com/roombridge/roombridge/threads"
+	"github.com/roombridge/roombridge/ttl"
+)
+
+// counting is the bolt store, recording the most distinct keys one Update
+// wrote (what an etcd Txn of that Update holds) and their bytes.
+type counting struct {
+	*bolt.DB
+	maxKeys, maxBytes int
+}
+
+type countingTx struct {
+	store.Tx
+	keys map[string]int
+}
+
+func (c *countingTx) Put(bucket, key string, v []byte) error {
+	c.keys[bucket+"/"+key] = len(bucket) + len(key) + len(v)
+	return c.Tx.Put(bucket, key, v)
+}
+
+func (c *countingTx) Delete(bucket, key string) error {
+	c.keys[bucket+"/"+key] = len(bucket) + len(key)
+	return c.Tx.Delete(bucket, key)
+}
+
+func (c *counting) Update(ctx context.Context, fn func(store.Tx) error) error {
+	return c.DB.Update(ctx, func(tx store.Tx) error {
+		ct := &countingTx{Tx: tx, keys: map[string]int{}}
+		if err := fn(ct); err != nil {
+			return err
+		}
+		size := 0
+		for _, n := range ct.keys {
+			size += n
+		}
+		c.maxKeys, c.maxBytes = max(c.maxKeys, len(ct.keys)), max(c.maxBytes, size)
+		return nil
+	})
+}
+
+// A sweep batch of ttl.DefaultBatch expiries, of approvals with cards on two
+// surfaces and long texts, fits one etcd Txn (127 writes, 1 MiB), and the
+// sweep expires them all with their cards and audit records.
+func TestSweepBatchFitsOneEtcdTxn(t *testing.T) {
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "bridge.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	cs := &counting{DB: db}
+	clk := clock.NewFake(t0)
+	rs := []config.Room{{Name: "backend", SlackChannel: "C1", FeishuChat: "oc_1", Agents: []string{"coder"},
+		Approvers: []string{"slack:UAPPROVER", "feishu:ou_approver"}}}
+	roomDir := directory.New(rs, nil, chat.Slack, chat.Feishu)
+	svc := requests.NewService(cs, clk, "acme", nil)
+	th := threads.New(roomDir)
+	svc.AddObserver("threads", th.Observe)
+	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, TTL: time.Hour, Threads: th})
+	svc.AddObserver("approvals", appr.Observe)
+	ctx := context.Background()
+	const n = 3*ttl.DefaultBatch + 1
+	long := strings.Repeat("x", 2000)
+	for i := range n {
+		if _, err := svc.Create(ctx, requests.Ask{Agent: "coder", Room: "backend", Surface: chat.Slack,
+			User: "slack:U" + strconv.Itoa(i), Text: "deploy " + strconv.Itoa(i) + long}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sw, err := ttl.New(ttl.Options{Clock: clk, Parallel: 1}, appr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs.maxKeys, cs.maxBytes = 0, 0
+	clk.Advance(2 * time.Hour)
+	res, err := sw.SweepOnce(ctx)
+	if err != nil || res.Expired != n {
+		t.Fatalf("sweep: %+v, %v; want %d expired", res, err, n)
+	}
+	if cs.maxKeys > 127 || cs.maxBytes > 1<<20 {
+		t.Errorf("a batch wrote %d keys, %d bytes: over an etcd Txn (127 writes, 1 MiB)", cs.maxKeys, cs.maxBytes)
+	}
+	t.Logf("largest batch: %d keys, %d bytes", cs.maxKeys, cs.maxBytes)
+	rs2, err := svc.List(ctx, requests.Filter{State: requests.Expired})
+	if err != nil || len(rs2) != n {
+		t.Errorf("%d expired requests (%v), want %d", len(rs2), err, n)
+	}
+}
