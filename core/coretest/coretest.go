@@ -18,6 +18,7 @@ import (
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/core"
+	"github.com/roombridge/roombridge/httpapi"
 	"github.com/roombridge/roombridge/store/bolt"
 )
 
@@ -96,7 +97,7 @@ func Start(t testing.TB, o Options) *Bridge {
 		closeDB()
 		t.Fatal(err)
 	}
-	web.Config.Handler = b.Handler()
+	web.Config, web.Listener = httpapi.NewServer(b.Handler(), web.Listener, b.ServerOptions())
 	web.Start()
 	var wg sync.WaitGroup
 	if !o.Idle {
