@@ -19,6 +19,7 @@ import (
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/core"
 	"github.com/roombridge/roombridge/httpapi"
+	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/store/bolt"
 )
 
@@ -37,6 +38,9 @@ type Options struct {
 	// them); then Stop leaves it open and waits for those tasks only at
 	// the end of the test. Unset: the bolt file in Dir, closed by Stop.
 	DB *bolt.DB
+	// Store, if set, is the store instead of a bolt file (an etcd store of
+	// store/etcd/etcdtest), opened and closed by the test; DB stays nil.
+	Store store.Store
 	// Connectors builds the connectors of one start (nil: none).
 	Connectors func() []chat.Connector
 	// Log defaults to discarding; Clock to the real one.
@@ -72,13 +76,17 @@ func Start(t testing.TB, o Options) *Bridge {
 		t.Fatal(err)
 	}
 	db, err := o.DB, error(nil)
-	if db == nil {
+	var st store.Store = db
+	if o.Store != nil {
+		st = o.Store
+	} else if db == nil {
 		if db, err = bolt.Open(filepath.Join(o.Dir, "bridge.db")); err != nil {
 			t.Fatal(err)
 		}
+		st = db
 	}
 	closeDB := func() {
-		if o.DB == nil {
+		if o.DB == nil && o.Store == nil {
 			_ = db.Close()
 		}
 	}
@@ -88,7 +96,7 @@ func Start(t testing.TB, o Options) *Bridge {
 	}
 	web := httptest.NewUnstartedServer(nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	b, err := core.New(ctx, core.Options{Config: cfg, Store: db, Clock: o.Clock, Log: o.Log, Connectors: conns,
+	b, err := core.New(ctx, core.Options{Config: cfg, Store: st, Clock: o.Clock, Log: o.Log, Connectors: conns,
 		APIToken: Token, APIAddr: web.Listener.Addr().String(), Runtimes: o.Runtimes, Surfaces: o.Surfaces, HoldOutbox: o.HoldOutbox,
 		NoRuntimeMetrics: true})
 	if err != nil {
