@@ -29,6 +29,10 @@ type client struct {
 	http  *http.Client
 }
 
+// apiTransport is the CLI's HTTP transport (nil: http.DefaultTransport); a
+// test narrows its receive buffer.
+var apiTransport http.RoundTripper
+
 // apiFlags adds --api and --config to fs; the returned func builds the client.
 func apiFlags(fs *flag.FlagSet) func() (*client, error) {
 	api := fs.String("api", "", "daemon API base URL (default: from the config and its data_dir)")
@@ -50,7 +54,7 @@ func apiFlags(fs *flag.FlagSet) func() (*client, error) {
 			}
 			base = "http://" + addr
 		}
-		return &client{base: strings.TrimSuffix(base, "/"), token: tok, http: &http.Client{}}, nil
+		return &client{base: strings.TrimSuffix(base, "/"), token: tok, http: &http.Client{Transport: apiTransport}}, nil
 	}
 }
 
