@@ -59,11 +59,13 @@ func TestStatusByKind(t *testing.T) {
 	if resp := e.api("POST", "/v1/requests/"+r.ID.String()+"/cancel", "", nil); resp.StatusCode != http.StatusOK {
 		t.Fatalf("cancel: %d", resp.StatusCode)
 	}
+	eb = errBody{}
 	if resp := e.api("POST", "/v1/requests/"+r.ID.String()+"/cancel", "", &eb); resp.StatusCode != http.StatusConflict ||
 		!strings.Contains(eb.Error, "already ended") {
 		t.Errorf("cancel of a cancelled request: %d %q, want 409", resp.StatusCode, eb.Error)
 	}
 	for _, body := range []string{`{"room":"main","text":"a"} {"x":1}`, `{"room":"main","text":"a"}x`, `{"room":"main","text":"a"}{}`} {
+		eb = errBody{}
 		if resp := e.api("POST", "/v1/requests", body, &eb); resp.StatusCode != http.StatusBadRequest ||
 			!strings.Contains(eb.Error, "malformed JSON") {
 			t.Errorf("body %q: %d %q, want 400", body, resp.StatusCode, eb.Error)
