@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,38 +34,18 @@ func startEtcd(t *testing.T, timeout time.Duration) (*env, *etcdtest.Server) {
 	return start(t, "requests: {queue_limit: 100000}", true, st), srv
 }
 
-// fill creates n requests, 16 at a time, each making an audit record of
-// about 300 bytes.
-func fill(t *testing.T, e *env, n int) {
-	t.Helper()
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for w := range 16 {
-		wg.Go(func() {
-			for i := w; i < n; i += 16 {
-				_, err := e.b.Requests().Create(t.Context(), requests.Ask{Agent: "coder", Room: "main", Surface: chat.API,
-					User: httpapi.APIActor, Text: fmt.Sprintf("%04d %s", i, strings.Repeat("x", 200)), Approved: true})
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-}
-
 // TestStoreUnreachable: with the etcd member stopped, a read answers 503
 // saying the store is unreachable within a short bounded wait (with
 // Retry-After, no internal text), an audit export fails before its first
 // byte with a 503, and /metrics still answers 200.
 func TestStoreUnreachable(t *testing.T) {
 	e, srv := startEtcd(t, 0)
-	fill(t, e, 3)
+	for i := range 3 {
+		if _, err := e.b.Requests().Create(t.Context(), requests.Ask{Agent: "coder", Room: "main", Surface: chat.API,
+			User: httpapi.APIActor, Text: fmt.Sprint("ask ", i), Approved: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	srv.Stop()
 	for _, path := range []string{"/v1/requests", "/v1/requests/R-01", "/v1/audit"} {
 		began := time.Now()
@@ -94,13 +73,16 @@ func TestStoreUnreachable(t *testing.T) {
 	}
 }
 
+// exportRecords of 8 KiB make an export (8 MB) that cannot fit in the
+// socket buffers (at most 4 MiB send buffer, a 4 KiB receive buffer): the
+// server is still reading the store when the member stops.
+const exportRecords = 1000
+
 // TestAuditExportIncomplete: an export whose store fails after the first
 // byte ends with a line saying it is incomplete and the error trailer.
-// The client reads through a small receive buffer, so the server is still
-// reading the store when the member stops.
 func TestAuditExportIncomplete(t *testing.T) {
 	e, srv := startEtcd(t, time.Second)
-	fill(t, e, 800)
+	coretest.FillAudit(t, e.b.Requests().Store(), exportRecords, 8<<10)
 	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
 		var err error
 		_ = c.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
@@ -136,8 +118,7 @@ func TestAuditExportIncomplete(t *testing.T) {
 			t.Fatalf("reading the export: %v", err)
 		}
 	}
-	t.Logf("%d lines before the end", lines)
-	if lines >= 800 {
+	if lines >= exportRecords {
 		t.Fatalf("the export completed (%d lines) before the store stopped: the test proves nothing", lines)
 	}
 	if !strings.Contains(last, `"incomplete":true`) || !strings.Contains(last, httpapi.IncompleteMarker) {

@@ -12,10 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/core/coretest"
 	"github.com/roombridge/roombridge/httpapi"
-	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store/etcd"
 	"github.com/roombridge/roombridge/store/etcd/etcdtest"
 )
@@ -44,15 +42,10 @@ func TestAuditExportIncompleteExitsNonZero(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	dir := t.TempDir()
-	cfgText := fmt.Sprintf("owner: acme\ndata_dir: %s\nhttp: {api_token: %s}\nrequests: {queue_limit: 100000}\n"+
+	cfgText := fmt.Sprintf("owner: acme\ndata_dir: %s\nhttp: {api_token: %s}\n"+
 		"rooms:\n  - {name: main, console: true, agents: [coder]}\nagents:\n  coder: {kind: exec, command: [demo]}\n", dir, coretest.Token)
 	b := coretest.Start(t, coretest.Options{Config: cfgText, Dir: dir, Store: st, Idle: true})
-	for i := range 800 {
-		if _, err := b.Requests().Create(t.Context(), requests.Ask{Agent: "coder", Room: "main", Surface: chat.API,
-			User: httpapi.APIActor, Text: fmt.Sprintf("%04d %s", i, strings.Repeat("x", 200)), Approved: true}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	coretest.FillAudit(t, st, 1000, 8<<10) // 8 MB: more than the socket buffers hold (see below)
 	cfg := filepath.Join(dir, "bridge.yaml")
 	writeFile(t, cfg, cfgText)
 	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {

@@ -12,8 +12,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
@@ -138,3 +140,23 @@ func Start(t testing.TB, o Options) *Bridge {
 // and closes its server and store (again: nothing). With Options.DB, the
 // tasks are waited for, and the store closed, at the end of the test.
 func (b *Bridge) Stop() { b.stop() }
+
+// FillAudit appends n audit records of about size bytes each to st, 50
+// to a transaction (an export of many megabytes, quickly).
+func FillAudit(t testing.TB, st store.Store, n, size int) {
+	t.Helper()
+	detail := strings.Repeat("x", size)
+	for i := 0; i < n; i += 50 {
+		err := st.Update(t.Context(), func(tx store.Tx) error {
+			for j := i; j < min(i+50, n); j++ {
+				if err := audit.Append(tx, audit.Record{Time: time.Now(), Actor: "coretest", Action: "fill", Detail: detail}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
