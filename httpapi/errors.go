@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/roombridge/roombridge/approvals"
@@ -38,8 +39,10 @@ func classify(err error) outcome {
 	switch {
 	case errors.As(err, &mbe):
 		return outcome{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("body over %d bytes (the API's fixed limit)", mbe.Limit)}
+	case errors.Is(err, requests.ErrTooLarge): // names the bound and its key (limits.request_bytes)
+		return outcome{status: http.StatusRequestEntityTooLarge, msg: strings.TrimPrefix(err.Error(), "requests: ")}
 	case errors.Is(err, store.ErrTooLarge):
-		return outcome{status: http.StatusRequestEntityTooLarge, msg: "too large for one store transaction; send less at once"}
+		return outcome{status: http.StatusRequestEntityTooLarge, msg: "too large for one store transaction (etcd: 1 MiB and 128 operations at most); send less at once"}
 	case errors.Is(err, store.ErrFull):
 		return outcome{status: http.StatusInsufficientStorage, msg: "the store is full: nothing was written; retry once space was freed"}
 	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, store.ErrClosed):
