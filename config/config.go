@@ -31,6 +31,7 @@ type Config struct {
 	Approvals  Approvals        `yaml:"approvals"`
 	Delegation Delegation       `yaml:"delegation"`
 	HA         *HA              `yaml:"ha"`
+	Requests   Requests         `yaml:"requests"`
 	Log        Log              `yaml:"log"`
 	Shutdown   Shutdown         `yaml:"shutdown"`
 	// SecretEnv names the environment variables the file expanded into a
@@ -43,6 +44,11 @@ type HTTP struct {
 	Addr         string `yaml:"addr"`
 	APIToken     string `yaml:"api_token"`
 	APITokenFile string `yaml:"api_token_file"`
+	// Timeouts and the per-client connection cap: config/server.go.
+	ReadTimeout       time.Duration `yaml:"read_timeout"`
+	WriteTimeout      time.Duration `yaml:"write_timeout"`
+	IdleTimeout       time.Duration `yaml:"idle_timeout"`
+	MaxConnsPerClient int           `yaml:"max_conns_per_client"`
 }
 
 // Slack is the Slack connector.
@@ -436,6 +442,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	if err := c.validateRooms(); err != nil {
+		return err
+	}
+	if err := c.validateLimits(); err != nil {
 		return err
 	}
 	if c.HTTP.APIToken != "" && c.HTTP.APITokenFile != "" {

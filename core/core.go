@@ -137,6 +137,7 @@ func New(ctx context.Context, o Options) (*Bridge, error) {
 		}
 	}
 	b.svc = requests.NewService(o.Store, o.Clock, cfg.Owner, cfg.Owners)
+	b.svc.SetQueueLimit(cfg.Requests.Queue())
 	if err := b.services(ctx); err != nil {
 		return nil, err
 	}
@@ -281,8 +282,8 @@ func (b *Bridge) http() {
 		ready = l.Leading
 	}
 	b.api = httpapi.New(httpapi.Options{Service: b.svc, Router: b.router, Token: b.opts.APIToken, Log: b.log,
-		Ready: ready, Tasks: b.del, Registry: b.met.Registry()})
-	b.api.Mount("/mcp", b.tools)
+		Ready: ready, Tasks: b.del, Registry: b.met.Registry(), WriteTimeout: b.ServerOptions().WriteTimeout})
+	b.api.MountStream("/mcp", b.tools)
 	for _, c := range b.opts.Connectors {
 		if w, ok := c.(webhooks); ok {
 			for pattern, h := range w.Routes(b.router) {
@@ -291,6 +292,14 @@ func (b *Bridge) http() {
 		}
 	}
 	b.handler = b.stop.gate(b.api)
+}
+
+// ServerOptions are the HTTP server's limits from the config (http.*), for
+// httpapi.NewServer.
+func (b *Bridge) ServerOptions() httpapi.ServerOptions {
+	read, write, idle := b.opts.Config.HTTP.Timeouts()
+	return httpapi.ServerOptions{ReadTimeout: read, WriteTimeout: write, IdleTimeout: idle,
+		MaxConnsPerClient: b.opts.Config.HTTP.ConnsPerClient(), Log: b.log}
 }
 
 // Handler serves the HTTP API (and webhooks, and /mcp); once a graceful

@@ -9,9 +9,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -22,13 +22,22 @@ import (
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/delegation"
+	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/rooms"
-	"github.com/roombridge/roombridge/store"
 )
 
 // MaxBody bounds request bodies.
 const MaxBody = 1 << 20
+
+// ReadWait bounds how long a read of /v1 waits for the store: past it the
+// caller gets a 503 saying the store is unreachable (etcd without quorum)
+// instead of waiting for the store's own, longer, timeouts.
+const ReadWait = 3 * time.Second
+
+// MaxPathAudited is how much of a refused call's URL path its audit record
+// keeps.
+const MaxPathAudited = 64
 
 // APIActor is how callers holding the API token appear in the audit log.
 const APIActor = chat.API + ":token"
@@ -42,6 +51,9 @@ type Server struct {
 	log    *slog.Logger
 	mux    *http.ServeMux
 	tasks  Tasks
+	// refusals bounds the auth_refused records (rooms.RefusalsPerWindow).
+	refusals     rooms.Refusals
+	writeTimeout time.Duration
 }
 
 // Tasks are the background tasks the API lists, stops and dismisses
@@ -65,11 +77,15 @@ type Options struct {
 	// Tasks, if set, adds background tasks to a room's tasks and serves
 	// POST /v1/tasks/{id}/stop and POST /v1/tasks/{id}/dismiss.
 	Tasks Tasks
+	// WriteTimeout is the server's (ServerOptions.WriteTimeout): streaming
+	// responses (the audit export, MountStream) extend it before each write.
+	WriteTimeout time.Duration
 }
 
 // New returns a Server.
 func New(o Options) *Server {
-	s := &Server{svc: o.Service, router: o.Router, token: o.Token, ready: o.Ready, log: o.Log, mux: http.NewServeMux(), tasks: o.Tasks}
+	s := &Server{svc: o.Service, router: o.Router, token: o.Token, ready: o.Ready, log: o.Log, mux: http.NewServeMux(), tasks: o.Tasks,
+		writeTimeout: o.WriteTimeout}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -84,7 +100,9 @@ func New(o Options) *Server {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// A store that cannot be read leaves its gauges out of the answer (and
+	// logs why); the rest is served, never a 500.
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	s.handle("GET /v1/requests", s.listRequests)
 	s.handle("POST /v1/requests", s.createRequest)
 	s.handle("GET /v1/requests/{id}", s.getRequest)
@@ -98,7 +116,8 @@ func New(o Options) *Server {
 	s.handle("GET /v1/rooms/{room}/tasks", s.roomTasks)
 	s.handle("POST /v1/tasks/{id}/stop", s.taskCommand(Tasks.StopTask))
 	s.handle("POST /v1/tasks/{id}/dismiss", s.taskCommand(Tasks.DismissTask))
-	s.handle("GET /v1/audit", s.exportAudit)
+	// The export streams: its first read is bounded (ReadWait), then not.
+	s.handleWait("GET /v1/audit", Stream(http.HandlerFunc(s.exportAudit), o.WriteTimeout).ServeHTTP, 0)
 	return s
 }
 
@@ -108,10 +127,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 // Mount adds a handler (webhooks, /mcp) that does its own authentication.
 func (s *Server) Mount(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
+// MountStream is Mount for a handler whose responses stream (/mcp): it
+// extends the server's write timeout before each write (Stream).
+func (s *Server) MountStream(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, Stream(h, s.writeTimeout))
+}
+
 // Handle adds an /v1 handler behind the bearer token.
 func (s *Server) Handle(pattern string, h http.HandlerFunc) { s.handle(pattern, h) }
 
-func (s *Server) handle(pattern string, h http.HandlerFunc) {
+func (s *Server) handle(pattern string, h http.HandlerFunc) { s.handleWait(pattern, h, ReadWait) }
+
+// handleWait is handle with reads (GET) bounded by wait (0: not bounded).
+func (s *Server) handleWait(pattern string, h http.HandlerFunc, wait time.Duration) {
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		if !s.authorized(r) {
 			s.refuseAuth(r)
@@ -120,6 +148,11 @@ func (s *Server) handle(pattern string, h http.HandlerFunc) {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
+		if r.Method == http.MethodGet && wait > 0 {
+			ctx, cancel := context.WithTimeout(r.Context(), wait)
+			defer cancel()
+			r = r.WithContext(ctx)
+		}
 		h(w, r)
 	})
 }
@@ -129,18 +162,25 @@ func (s *Server) authorized(r *http.Request) bool {
 	return ok && s.token != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.token)) == 1
 }
 
-// refuseAuth audits a refused call (no state changes).
+// refuseAuth logs a refused call and audits it at a bounded rate (the
+// webhook refusals' bound, per reason), keeping a short prefix of its path:
+// no state changes, and a flood cannot fill the store.
 func (s *Server) refuseAuth(r *http.Request) {
-	err := s.svc.Store().Update(r.Context(), func(tx store.Tx) error {
-		return audit.Append(tx, audit.Record{
-			Time: s.svc.Clock().Now(), Actor: "api:unauthenticated", Surface: chat.API, Action: "auth_refused",
-			Detail: fmt.Sprintf("%s %s from %s", r.Method, r.URL.Path, r.RemoteAddr),
-		})
-	})
+	reason := "wrong token"
+	if r.Header.Get("Authorization") == "" {
+		reason = "no token"
+	}
+	detail := fmt.Sprintf("%s: %s %s from %s", reason, r.Method, clipPath(r.URL.Path), r.RemoteAddr)
+	s.log.WarnContext(r.Context(), "api call refused", "reason", reason, "method", r.Method, "path", clipPath(r.URL.Path), "client", r.RemoteAddr)
+	err := s.refusals.Audit(r.Context(), s.svc.Store(), "api\x00"+reason, audit.Record{Time: s.svc.Clock().Now(),
+		Actor: "api:unauthenticated", Surface: chat.API, Action: "auth_refused", Detail: detail})
 	if err != nil {
 		s.log.ErrorContext(r.Context(), "auditing refused call", "error", err)
 	}
 }
+
+// clipPath is at most MaxPathAudited bytes of p, for logs and audit records.
+func clipPath(p string) string { return clip.Line(p, MaxPathAudited, clip.Bytes) }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -152,135 +192,46 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg})
 }
 
-// fail maps a domain error to its HTTP status.
-func fail(w http.ResponseWriter, err error) {
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.Is(err, requests.ErrBadID), errors.Is(err, approvals.ErrBadID), errors.Is(err, approvals.ErrBadUser),
-		errors.Is(err, approvals.ErrBadAnswer):
-		writeError(w, http.StatusBadRequest, err.Error())
-	case errors.Is(err, requests.ErrUnknown), errors.Is(err, approvals.ErrUnknown), errors.Is(err, approvals.ErrUnknownRoom):
-		writeError(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, delegation.ErrNoTask):
-		writeError(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, approvals.ErrDecided), errors.Is(err, delegation.ErrTaskEnded), errors.Is(err, delegation.ErrTaskRunning):
-		writeError(w, http.StatusConflict, err.Error())
-	case errors.Is(err, rooms.ErrForbidden):
-		writeError(w, http.StatusForbidden, err.Error())
-	case errors.Is(err, requests.ErrIllegalTransition):
-		writeError(w, http.StatusConflict, err.Error())
-	case errors.As(err, &mbe):
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", mbe.Limit))
-	case errors.Is(err, context.Canceled):
-		writeError(w, http.StatusServiceUnavailable, err.Error())
-	case errors.Is(err, store.ErrFenced): // HA: a follower; ask the leader (the one /readyz calls ready)
-		writeError(w, http.StatusServiceUnavailable, "not the leader: "+err.Error())
-	default:
-		writeError(w, http.StatusUnprocessableEntity, err.Error())
-	}
-}
-
 func (s *Server) pathID(r *http.Request) (requests.ID, error) {
 	return requests.ParseRef(r.PathValue("id"), s.svc.Clock().Now())
-}
-
-func (s *Server) listRequests(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	f := requests.Filter{Agent: q.Get("agent")}
-	if st := q.Get("state"); st != "" {
-		state, err := requests.ParseState(st)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		f.State = state
-	}
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, "limit: want a non-negative number")
-			return
-		}
-		f.Limit = n
-	}
-	list, err := s.svc.List(r.Context(), f)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	if list == nil {
-		list = []*requests.Request{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"requests": list, "count": len(list)})
 }
 
 func (s *Server) getRequest(w http.ResponseWriter, r *http.Request) {
 	id, err := s.pathID(r)
 	if err != nil {
-		fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	req, err := s.svc.Get(r.Context(), id)
 	if err != nil {
-		fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, req)
 }
 
-// decodeBody decodes r's JSON body into v, refusing unknown fields. On
-// failure it has answered (413 over MaxBody, else 400 with the parse error
-// and hint) and returns false.
-func decodeBody(w http.ResponseWriter, r *http.Request, v any, hint string) bool {
+// decodeBody decodes r's JSON body, one value and nothing after it, into
+// v, refusing unknown fields. On failure it has answered (413 over MaxBody,
+// else 400 with the parse error and hint) and returns false.
+func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any, hint string) bool {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
 	if err == nil {
-		return true
+		if _, err = dec.Token(); err == io.EOF {
+			return true
+		}
+		if err == nil {
+			err = errors.New("data after the JSON value (send one value)")
+		}
 	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		fail(w, err)
+		s.fail(w, r, err)
 	} else {
 		writeError(w, http.StatusBadRequest, "malformed JSON body: "+err.Error()+hint)
 	}
 	return false
-}
-
-// CreateBody is the body of POST /v1/requests.
-type CreateBody struct {
-	Room  string `json:"room"`
-	Agent string `json:"agent"`
-	Text  string `json:"text"`
-}
-
-func (s *Server) createRequest(w http.ResponseWriter, r *http.Request) {
-	var b CreateBody
-	if !decodeBody(w, r, &b, "") {
-		return
-	}
-	room, ok := s.router.RoomNamed(b.Room)
-	if !ok {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("room: unknown room %q", b.Room))
-		return
-	}
-	if b.Agent == "" {
-		b.Agent = room.Agents[0]
-	}
-	if !contains(room.Agents, b.Agent) {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("agent: %q is not an agent of room %s", b.Agent, room.Name))
-		return
-	}
-	if strings.TrimSpace(b.Text) == "" {
-		writeError(w, http.StatusBadRequest, "text: required")
-		return
-	}
-	req, err := s.svc.Create(r.Context(), requests.Ask{Agent: b.Agent, Room: room.Name, Surface: chat.API, User: APIActor, Text: b.Text, Approved: true})
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, req)
 }
 
 func contains(list []string, s string) bool {
@@ -295,12 +246,12 @@ func contains(list []string, s string) bool {
 func (s *Server) cancelRequest(w http.ResponseWriter, r *http.Request) {
 	id, err := s.pathID(r)
 	if err != nil {
-		fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	req, err := s.router.Cancel(r.Context(), id, APIActor, chat.API)
 	if err != nil {
-		fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, req)
@@ -309,12 +260,12 @@ func (s *Server) cancelRequest(w http.ResponseWriter, r *http.Request) {
 func (s *Server) retryRequest(w http.ResponseWriter, r *http.Request) {
 	id, err := s.pathID(r)
 	if err != nil {
-		fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	req, err := s.router.Retry(r.Context(), id, APIActor, chat.API)
 	if err != nil {
-		fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, req)
@@ -326,7 +277,7 @@ func (s *Server) decide(v approvals.Verdict) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		a, err := s.router.Decide(r.Context(), r.PathValue("id"), v == approvals.Approve, APIActor, chat.API)
 		if err != nil {
-			fail(w, err)
+			s.fail(w, r, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, a)
@@ -343,12 +294,12 @@ type AnswerBody struct {
 // one, 409 naming who answered (or that it expired) for a settled one.
 func (s *Server) answerQuestion(w http.ResponseWriter, r *http.Request) {
 	var b AnswerBody
-	if !decodeBody(w, r, &b, ` (want {"text": "..."})`) {
+	if !s.decodeBody(w, r, &b, ` (want {"text": "..."})`) {
 		return
 	}
 	q, err := s.router.Answer(r.Context(), r.PathValue("id"), b.Text, APIActor, chat.API)
 	if err != nil {
-		fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, q)
@@ -367,7 +318,7 @@ func (s *Server) revokeUser(w http.ResponseWriter, r *http.Request) {
 	user := r.PathValue("user")
 	ids, err := s.router.Approvals().Revoke(r.Context(), user, APIActor, chat.API)
 	if err != nil {
-		fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	if ids == nil {
@@ -379,7 +330,7 @@ func (s *Server) revokeUser(w http.ResponseWriter, r *http.Request) {
 func (s *Server) roomInbox(w http.ResponseWriter, r *http.Request) {
 	in, err := s.router.Approvals().Inbox(r.Context(), r.PathValue("room"))
 	if err != nil {
-		fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, in)
@@ -418,7 +369,7 @@ func (s *Server) roomTasks(w http.ResponseWriter, r *http.Request) {
 	}
 	running, err := s.svc.List(r.Context(), requests.Filter{State: requests.Running})
 	if err != nil {
-		fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	tasks := []Task{}
@@ -431,7 +382,7 @@ func (s *Server) roomTasks(w http.ResponseWriter, r *http.Request) {
 	if s.tasks != nil {
 		bg, err := s.tasks.Running(r.Context(), room.Name)
 		if err != nil {
-			fail(w, err)
+			s.fail(w, r, err)
 			return
 		}
 		for _, t := range bg {
@@ -454,61 +405,9 @@ func (s *Server) taskCommand(do func(Tasks, context.Context, string, string, str
 		}
 		t, err := do(s.tasks, r.Context(), r.PathValue("id"), APIActor, chat.API)
 		if err != nil {
-			fail(w, err)
+			s.fail(w, r, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, t)
-	}
-}
-
-// ParseTime accepts RFC 3339 times and YYYY-MM-DD days (UTC).
-func ParseTime(key, v string) (time.Time, error) {
-	if v == "" {
-		return time.Time{}, nil
-	}
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02"} {
-		if t, err := time.Parse(layout, v); err == nil {
-			return t, nil
-		}
-	}
-	return time.Time{}, fmt.Errorf("%s: %q is not a time (want RFC 3339 or YYYY-MM-DD)", key, v)
-}
-
-func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	since, err := ParseTime("since", q.Get("since"))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	until, err := ParseTime("until", q.Get("until"))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	format, err := audit.ParseFormat(q.Get("format"))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "format: "+err.Error())
-		return
-	}
-	query := audit.Query{Since: since, Until: until}
-	if rid := q.Get("request"); rid != "" {
-		id, err := requests.ParseRef(rid, s.svc.Clock().Now())
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		query.RequestID = id.String()
-	}
-	if format == audit.CSV {
-		w.Header().Set("Content-Type", "text/csv")
-	} else {
-		w.Header().Set("Content-Type", "application/x-ndjson")
-	}
-	if n, err := audit.Count(r.Context(), s.svc.Store()); err == nil {
-		w.Header().Set("X-Audit-Total", strconv.FormatUint(n, 10))
-	}
-	if _, err := audit.Export(r.Context(), s.svc.Store(), query, format, w, nil); err != nil {
-		s.log.ErrorContext(r.Context(), "audit export failed mid-stream", "error", err)
 	}
 }

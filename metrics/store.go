@@ -28,7 +28,7 @@ import (
 const bucket = "metrics"
 
 // scrapeTimeout bounds the store reads of one scrape.
-const scrapeTimeout = 10 * time.Second
+const scrapeTimeout = 3 * time.Second
 
 // taskOutcomes are the ends of background tasks (audit actions task_<outcome>).
 var taskOutcomes = []string{delegation.TaskSucceeded, delegation.TaskFailed, delegation.TaskStopped, delegation.TaskInterrupted}

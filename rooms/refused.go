@@ -11,18 +11,19 @@ import (
 	"github.com/roombridge/roombridge/store"
 )
 
-// Webhook refusals come from unauthenticated senders: each is logged by its
-// connector, but only RefusalsPerWindow of them per surface and reason are
-// audited per RefusalWindow, so a flood of forged requests cannot fill the
-// store. The first record after a window that suppressed some says how many.
+// Refusals of unauthenticated callers (webhooks a connector refused, /v1
+// calls without the API token) are each logged, but only RefusalsPerWindow
+// of them per kind and reason are audited per RefusalWindow, so a flood of
+// forged requests cannot fill the store. The first record after a window
+// that suppressed some says how many.
 const (
 	RefusalsPerWindow = 5
 	RefusalWindow     = time.Minute
 )
 
-// refusalWindows counts refusals per surface and reason in the current
-// window.
-type refusalWindows struct {
+// Refusals counts refusals per key (kind and reason) in the current window
+// and audits them at that bounded rate. The zero value is ready to use.
+type Refusals struct {
 	mu sync.Mutex
 	m  map[string]*refusalWindow
 }
@@ -35,7 +36,7 @@ type refusalWindow struct {
 
 // admit reports whether a refusal with key at now is to be audited, and how
 // many before it were not.
-func (w *refusalWindows) admit(key string, now time.Time) (bool, int) {
+func (w *Refusals) admit(key string, now time.Time) (bool, int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.m == nil {
@@ -62,22 +63,25 @@ func (w *refusalWindows) admit(key string, now time.Time) (bool, int) {
 	return true, n
 }
 
+// Audit appends rec (its Time set) unless RefusalsPerWindow records of key
+// were audited in this window already; the first record after some were
+// suppressed says how many in its Detail.
+func (w *Refusals) Audit(ctx context.Context, st store.Store, key string, rec audit.Record) error {
+	ok, suppressed := w.admit(key, rec.Time)
+	if !ok {
+		return nil
+	}
+	if suppressed > 0 {
+		rec.Detail += fmt.Sprintf(" (and %d more like it not recorded; see the log)", suppressed)
+	}
+	return st.Update(ctx, func(tx store.Tx) error { return audit.Append(tx, rec) })
+}
+
 // auditWebhookRefusal records a webhook a connector refused (chat.Refused),
 // at a bounded rate.
 func (rt *Router) auditWebhookRefusal(ctx context.Context, ev chat.Event) {
-	now := rt.svc.Clock().Now()
-	ok, suppressed := rt.refusals.admit(ev.Surface+"\x00"+ev.Text, now)
-	if !ok {
-		return
-	}
-	detail := ev.Text
-	if suppressed > 0 {
-		detail += fmt.Sprintf(" (and %d more like it not recorded; see the log)", suppressed)
-	}
-	err := rt.svc.Store().Update(ctx, func(tx store.Tx) error {
-		return audit.Append(tx, audit.Record{Time: now, Actor: ev.User, Surface: ev.Surface,
-			Action: "webhook_refused", Detail: detail})
-	})
+	err := rt.refusals.Audit(ctx, rt.svc.Store(), ev.Surface+"\x00"+ev.Text, audit.Record{Time: rt.svc.Clock().Now(),
+		Actor: ev.User, Surface: ev.Surface, Action: "webhook_refused", Detail: ev.Text})
 	if err != nil {
 		rt.log.WarnContext(ctx, "auditing a refused webhook", "surface", ev.Surface, "error", err)
 	}

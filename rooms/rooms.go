@@ -26,6 +26,14 @@ import (
 // approvals.ErrForbidden, so either package's refusals match it).
 var ErrForbidden = approvals.ErrForbidden
 
+// conflict is a refusal of a transition the request's state does not allow
+// (cancel of an ended request, retry of one still going): its message as
+// is, matching requests.ErrIllegalTransition (HTTP 409).
+type conflict string
+
+func (c conflict) Error() string { return string(c) }
+func (c conflict) Unwrap() error { return requests.ErrIllegalTransition }
+
 // Router routes inbound events and carries out the actions people take, from
 // chat, the HTTP API or the CLI alike.
 type Router struct {
@@ -39,7 +47,7 @@ type Router struct {
 	// kind, and whether it was dropped as a duplicate (metrics).
 	OnInbound func(surface string, kind chat.EventKind, duplicate bool)
 
-	refusals refusalWindows
+	refusals Refusals
 }
 
 // New returns a Router over the room directory rooms; decisions go through
@@ -179,7 +187,7 @@ func (rt *Router) Cancel(ctx context.Context, id requests.ID, user, surface stri
 		reason := "cancelled by " + user
 		switch {
 		case r.State.Terminal():
-			return fmt.Errorf("%s has already ended (%s)", r.ID, r.State)
+			return conflict(fmt.Sprintf("%s has already ended (%s)", r.ID, r.State))
 		case r.State == requests.Running:
 			if r.CancelRequested {
 				out = r
@@ -206,6 +214,9 @@ func (rt *Router) Retry(ctx context.Context, id requests.ID, user, surface strin
 	}
 	if !rt.rooms.MayAsk(old.Room, user) {
 		return nil, fmt.Errorf("%w: %s is not a member of room %s", ErrForbidden, user, old.Room)
+	}
+	if !old.State.Terminal() { // as requests.Service.Retry says it, but a conflict
+		return nil, conflict(fmt.Sprintf("requests: retry %s: it is still %s (retry makes a new request once it has ended)", id, old.State))
 	}
 	return rt.svc.Retry(ctx, id, user, surface)
 }

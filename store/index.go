@@ -242,27 +242,47 @@ const timerDedupe = "dedupe"
 // Dedupe records key as seen until now+ttl. It returns true the first time a
 // live key is seen and false for every repeat before it expires.
 func Dedupe(tx Tx, key string, now time.Time, ttl time.Duration) (bool, error) {
+	_, live, err := Recall(tx, key, now)
+	if err != nil || live {
+		return false, err
+	}
+	return true, Remember(tx, key, nil, now, ttl)
+}
+
+// Recall returns the value Remember kept with key, and whether key is live
+// (remembered, and not expired by now).
+func Recall(tx Tx, key string, now time.Time) ([]byte, bool, error) {
 	b, err := tx.Get(bucketDedupe, key)
 	switch {
-	case err == nil:
-		if len(b) == 8 && now.UnixMilli() < int64(binary.BigEndian.Uint64(b)) {
-			return false, nil
+	case errors.Is(err, ErrNotFound):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, err
+	case len(b) >= 8 && now.UnixMilli() < int64(binary.BigEndian.Uint64(b)):
+		return b[8:], true, nil
+	}
+	return nil, false, nil
+}
+
+// Remember records key, with value, as seen until now+ttl (a dedupe key:
+// PurgeDedupe deletes it once expired).
+func Remember(tx Tx, key string, value []byte, now time.Time, ttl time.Duration) error {
+	b, err := tx.Get(bucketDedupe, key)
+	switch {
+	case err == nil && len(b) >= 8:
+		if err := RemoveTimer(tx, timerDedupe, time.UnixMilli(int64(binary.BigEndian.Uint64(b))), key); err != nil {
+			return err
 		}
-		if len(b) == 8 {
-			if err := RemoveTimer(tx, timerDedupe, time.UnixMilli(int64(binary.BigEndian.Uint64(b))), key); err != nil {
-				return false, err
-			}
-		}
-	case !errors.Is(err, ErrNotFound):
-		return false, err
+	case err != nil && !errors.Is(err, ErrNotFound):
+		return err
 	}
 	exp := now.Add(ttl)
-	var v [8]byte
-	binary.BigEndian.PutUint64(v[:], uint64(exp.UnixMilli()))
-	if err := tx.Put(bucketDedupe, key, v[:]); err != nil {
-		return false, err
+	v := make([]byte, 8, 8+len(value))
+	binary.BigEndian.PutUint64(v, uint64(exp.UnixMilli()))
+	if err := tx.Put(bucketDedupe, key, append(v, value...)); err != nil {
+		return err
 	}
-	return true, AddTimer(tx, timerDedupe, exp, key)
+	return AddTimer(tx, timerDedupe, exp, key)
 }
 
 // PurgeDedupe deletes up to limit dedupe keys that expired by now, through

@@ -29,6 +29,10 @@ type client struct {
 	http  *http.Client
 }
 
+// apiTransport is the CLI's HTTP transport (nil: http.DefaultTransport); a
+// test narrows its receive buffer.
+var apiTransport http.RoundTripper
+
 // apiFlags adds --api and --config to fs; the returned func builds the client.
 func apiFlags(fs *flag.FlagSet) func() (*client, error) {
 	api := fs.String("api", "", "daemon API base URL (default: from the config and its data_dir)")
@@ -50,7 +54,7 @@ func apiFlags(fs *flag.FlagSet) func() (*client, error) {
 			}
 			base = "http://" + addr
 		}
-		return &client{base: strings.TrimSuffix(base, "/"), token: tok, http: &http.Client{}}, nil
+		return &client{base: strings.TrimSuffix(base, "/"), token: tok, http: &http.Client{Transport: apiTransport}}, nil
 	}
 }
 
@@ -126,18 +130,25 @@ func requestsList(ctx context.Context, args []string, out io.Writer) error {
 	if *agent != "" {
 		q.Set("agent", *agent)
 	}
-	var res struct {
-		Requests []requests.Request `json:"requests"`
-	}
-	if err := c.getJSON(ctx, http.MethodGet, "/v1/requests?"+q.Encode(), &res); err != nil {
-		return err
-	}
+	q.Set("limit", strconv.Itoa(httpapi.MaxLimit))
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tAGENT\tREQUESTER\tASK")
-	for _, r := range res.Requests {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.State, r.Agent, r.Requester, clip.Line(r.Ask, 60, clip.Bytes))
+	for { // every page: the API answers at most httpapi.MaxLimit at once
+		var res struct {
+			Requests []requests.Request `json:"requests"`
+			Next     string             `json:"next"`
+		}
+		if err := c.getJSON(ctx, http.MethodGet, "/v1/requests?"+q.Encode(), &res); err != nil {
+			return err
+		}
+		for _, r := range res.Requests {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.State, r.Agent, r.Requester, clip.Line(r.Ask, 60, clip.Bytes))
+		}
+		if res.Next == "" {
+			return tw.Flush()
+		}
+		q.Set("after", res.Next)
 	}
-	return tw.Flush()
 }
 
 // idArg validates the one ID argument of a command before any call is made.
@@ -342,6 +353,9 @@ func auditExport(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	bar.finish()
 	if err != nil {
 		return fmt.Errorf("audit export: after %d bytes: %w", n, err)
+	}
+	if msg := resp.Trailer.Get(httpapi.AuditErrorTrailer); msg != "" {
+		return fmt.Errorf("audit export: after %d bytes: %s", n, msg)
 	}
 	return nil
 }

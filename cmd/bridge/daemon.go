@@ -18,6 +18,7 @@ import (
 
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/core"
+	"github.com/roombridge/roombridge/httpapi"
 )
 
 // addrFile, in the data dir, holds the address the API listens on, so the CLI
@@ -117,7 +118,7 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 // (ctx) or a critical failure; then it stops b gracefully, ends the term
 // (HA resigns: a follower leads at once) and shuts the HTTP server down.
 func serve(ctx, work context.Context, cancel context.CancelFunc, ln net.Listener, b *core.Bridge, grace time.Duration, log *slog.Logger) error {
-	srv := &http.Server{Handler: b.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv, ln := httpapi.NewServer(b.Handler(), ln, b.ServerOptions())
 	errs := make(chan error, 2)
 	var wg sync.WaitGroup
 	wg.Go(func() {

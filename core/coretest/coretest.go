@@ -12,12 +12,16 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/core"
+	"github.com/roombridge/roombridge/httpapi"
+	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/store/bolt"
 )
 
@@ -36,6 +40,9 @@ type Options struct {
 	// them); then Stop leaves it open and waits for those tasks only at
 	// the end of the test. Unset: the bolt file in Dir, closed by Stop.
 	DB *bolt.DB
+	// Store, if set, is the store instead of a bolt file (an etcd store of
+	// store/etcd/etcdtest), opened and closed by the test; DB stays nil.
+	Store store.Store
 	// Connectors builds the connectors of one start (nil: none).
 	Connectors func() []chat.Connector
 	// Log defaults to discarding; Clock to the real one.
@@ -71,13 +78,17 @@ func Start(t testing.TB, o Options) *Bridge {
 		t.Fatal(err)
 	}
 	db, err := o.DB, error(nil)
-	if db == nil {
+	var st store.Store = db
+	if o.Store != nil {
+		st = o.Store
+	} else if db == nil {
 		if db, err = bolt.Open(filepath.Join(o.Dir, "bridge.db")); err != nil {
 			t.Fatal(err)
 		}
+		st = db
 	}
 	closeDB := func() {
-		if o.DB == nil {
+		if o.DB == nil && o.Store == nil {
 			_ = db.Close()
 		}
 	}
@@ -87,7 +98,7 @@ func Start(t testing.TB, o Options) *Bridge {
 	}
 	web := httptest.NewUnstartedServer(nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	b, err := core.New(ctx, core.Options{Config: cfg, Store: db, Clock: o.Clock, Log: o.Log, Connectors: conns,
+	b, err := core.New(ctx, core.Options{Config: cfg, Store: st, Clock: o.Clock, Log: o.Log, Connectors: conns,
 		APIToken: Token, APIAddr: web.Listener.Addr().String(), Runtimes: o.Runtimes, Surfaces: o.Surfaces, HoldOutbox: o.HoldOutbox,
 		NoRuntimeMetrics: true})
 	if err != nil {
@@ -96,7 +107,7 @@ func Start(t testing.TB, o Options) *Bridge {
 		closeDB()
 		t.Fatal(err)
 	}
-	web.Config.Handler = b.Handler()
+	web.Config, web.Listener = httpapi.NewServer(b.Handler(), web.Listener, b.ServerOptions())
 	web.Start()
 	var wg sync.WaitGroup
 	if !o.Idle {
@@ -129,3 +140,23 @@ func Start(t testing.TB, o Options) *Bridge {
 // and closes its server and store (again: nothing). With Options.DB, the
 // tasks are waited for, and the store closed, at the end of the test.
 func (b *Bridge) Stop() { b.stop() }
+
+// FillAudit appends n audit records of about size bytes each to st, 50
+// to a transaction (an export of many megabytes, quickly).
+func FillAudit(t testing.TB, st store.Store, n, size int) {
+	t.Helper()
+	detail := strings.Repeat("x", size)
+	for i := 0; i < n; i += 50 {
+		err := st.Update(t.Context(), func(tx store.Tx) error {
+			for j := i; j < min(i+50, n); j++ {
+				if err := audit.Append(tx, audit.Record{Time: time.Now(), Actor: "coretest", Action: "fill", Detail: detail}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,140 @@
+package httpapi
+
+import (
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// ReadHeaderTimeout bounds how long a client may take to send a request's
+// headers (fixed).
+const ReadHeaderTimeout = 10 * time.Second
+
+// ServerOptions are the limits of the HTTP server (config http.*; zero:
+// no limit, except ReadHeaderTimeout which is always set).
+type ServerOptions struct {
+	// ReadTimeout bounds reading one request, headers and body
+	// (http.read_timeout).
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing one response (http.write_timeout);
+	// streaming responses extend it before each write (Stream).
+	WriteTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle that long
+	// (http.idle_timeout).
+	IdleTimeout time.Duration
+	// MaxConnsPerClient caps the open connections of one client address
+	// (http.max_conns_per_client); the ones over it are closed at once.
+	MaxConnsPerClient int
+	Log               *slog.Logger
+}
+
+// NewServer returns the HTTP server of handler with o's timeouts, and ln
+// wrapped to cap connections per client address: serve with
+// srv.Serve(ln). The daemon and core/coretest both build theirs here.
+func NewServer(handler http.Handler, ln net.Listener, o ServerOptions) (*http.Server, net.Listener) {
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: ReadHeaderTimeout, ReadTimeout: o.ReadTimeout,
+		WriteTimeout: o.WriteTimeout, IdleTimeout: o.IdleTimeout}
+	if o.Log != nil {
+		srv.ErrorLog = slog.NewLogLogger(o.Log.Handler(), slog.LevelWarn)
+	}
+	if o.MaxConnsPerClient > 0 {
+		ln = &perClient{Listener: ln, max: o.MaxConnsPerClient, open: map[string]int{}, log: o.Log}
+	}
+	return srv, ln
+}
+
+// perClient is a listener that closes a connection at once when its client
+// address (the host, without the port) has max open already.
+type perClient struct {
+	net.Listener
+	max int
+	log *slog.Logger
+
+	mu   sync.Mutex
+	open map[string]int
+}
+
+func (l *perClient) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		host, _, err := net.SplitHostPort(c.RemoteAddr().String())
+		if err != nil {
+			host = c.RemoteAddr().String()
+		}
+		l.mu.Lock()
+		over := l.open[host] >= l.max
+		if !over {
+			l.open[host]++
+		}
+		l.mu.Unlock()
+		if !over {
+			return &clientConn{Conn: c, release: func() { l.release(host) }}, nil
+		}
+		_ = c.Close()
+		if l.log != nil {
+			l.log.Warn("http: connection refused: too many open from this client", "client", host, "max", l.max)
+		}
+	}
+}
+
+func (l *perClient) release(host string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open[host]--; l.open[host] <= 0 {
+		delete(l.open, host)
+	}
+}
+
+// clientConn releases its client's slot once, at its first Close.
+type clientConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *clientConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+// Stream lets h write a long response (an export, an event stream, /mcp)
+// under the server's write timeout: the deadline is lifted while h works and
+// set again, timeout ahead, before each write, so only a client that stops
+// reading is cut. timeout 0: h runs as is.
+func Stream(h http.Handler, timeout time.Duration) http.Handler {
+	if timeout <= 0 {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		_ = rc.SetWriteDeadline(time.Time{})
+		h.ServeHTTP(&streamWriter{ResponseWriter: w, rc: rc, timeout: timeout}, r)
+	})
+}
+
+// streamWriter sets the write deadline before each write.
+type streamWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (s *streamWriter) Write(b []byte) (int, error) {
+	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	return s.ResponseWriter.Write(b)
+}
+
+// Flush implements http.Flusher.
+func (s *streamWriter) Flush() {
+	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	_ = s.rc.Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (s *streamWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
