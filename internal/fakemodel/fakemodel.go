@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -201,6 +202,59 @@ func half(s string) string {
 func inputJSON(v any) string {
 	if v == nil {
 		return "{}"
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// Has reports whether the request's body holds s (a prompt's words, a
+// tool's output).
+func (r Request) Has(s string) bool { return strings.Contains(string(r.Body), s) }
+
+// ToolResult is the output of the last tool result the request carries
+// (Anthropic: a tool_result block of the last user message; OpenAI: the
+// last function_call_output item of the input), and whether it has one.
+func (r Request) ToolResult() (string, bool) {
+	if msgs, ok := r.JSON["messages"].([]any); ok && len(msgs) > 0 {
+		last, _ := msgs[len(msgs)-1].(map[string]any)
+		blocks, _ := last["content"].([]any)
+		for i := len(blocks) - 1; i >= 0; i-- {
+			b, _ := blocks[i].(map[string]any)
+			if b["type"] == "tool_result" {
+				return flatten(b["content"]), true
+			}
+		}
+		return "", false
+	}
+	items, _ := r.JSON["input"].([]any)
+	for i := len(items) - 1; i >= 0; i-- {
+		it, _ := items[i].(map[string]any)
+		switch it["type"] {
+		case "function_call_output", "custom_tool_call_output", "mcp_tool_call_output":
+			return flatten(it["output"]), true
+		case "message":
+			if it["role"] == "user" {
+				return "", false
+			}
+		}
+	}
+	return "", false
+}
+
+// flatten is the text of a tool result's content (a string, or blocks).
+func flatten(v any) string {
+	switch c := v.(type) {
+	case string:
+		return c
+	case []any:
+		var b strings.Builder
+		for _, x := range c {
+			m, _ := x.(map[string]any)
+			if t, ok := m["text"].(string); ok {
+				b.WriteString(t)
+			}
+		}
+		return b.String()
 	}
 	b, _ := json.Marshal(v)
 	return string(b)
