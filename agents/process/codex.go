@@ -91,6 +91,12 @@ type codexItem struct {
 	Error   *struct {
 		Message string `json:"message"`
 	} `json:"error"`
+	// Result is an MCP call's result (its text says why a call failed).
+	Result *struct {
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+	} `json:"result"`
 	Items []struct {
 		Completed bool `json:"completed"`
 	} `json:"items"`
@@ -158,10 +164,7 @@ func (d *codexDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 			end := agents.TurnEvent{Type: agents.EventTool, Phase: agents.PhaseEnd, Name: name}
 			if it.Type == "mcp_tool_call" && (it.Status == "failed" || it.Error != nil) {
 				// Shown, not passed as an ordinary end of a tool.
-				msg := noReason
-				if it.Error != nil && it.Error.Message != "" {
-					msg = it.Error.Message
-				}
+				msg := mcpFailure(it)
 				return []agents.TurnEvent{{Type: agents.EventMessage, Text: fmt.Sprintf("(%s failed: %s)", name, clip.Line(msg, 300, clip.Bytes))}, end}, nil
 			}
 			return []agents.TurnEvent{end}, nil
@@ -181,7 +184,7 @@ func (d *codexDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 		if msg == "" {
 			return []agents.TurnEvent{{Type: agents.EventError, Message: "codex: turn failed"}}, nil
 		}
-		if text, code := codexReason(msg); code != 0 {
+		if text, api, _ := codexReason(msg); api {
 			msg = "model API: " + text
 		}
 		return []agents.TurnEvent{{Type: agents.EventError, Message: "codex: " + msg}}, nil

@@ -130,16 +130,17 @@ var (
 )
 
 // codexReason reads a Codex model API error message: the HTTP status and
-// the API's own message out of a JSON error body ("unexpected status 401
-// Unauthorized: {"error":{"message":"invalid api key",...}}" → "401
-// invalid api key"), else the message without its URL. code is the status
-// (0: none named).
-func codexReason(msg string) (string, int) {
+// the API's own message out of a JSON error body (Codex may print the body
+// raw: {"error":{"message":"input is bad",...}} → "input is bad"), else
+// the message without its URL ("unexpected status 401 Unauthorized: MSG,
+// url: URL" → "401 MSG"). api: the message is the model API's (a status
+// or a body); auth: it is an authentication failure.
+func codexReason(msg string) (text string, api, auth bool) {
 	code := 0
 	if m := codexStatusRE.FindStringSubmatch(msg); m != nil {
 		code, _ = strconv.Atoi(m[1])
 	}
-	text := msg
+	text = msg
 	if i, j := strings.IndexByte(msg, '{'), strings.LastIndexByte(msg, '}'); i >= 0 && j > i {
 		var body struct {
 			Error struct {
@@ -147,17 +148,12 @@ func codexReason(msg string) (string, int) {
 				Type    string `json:"type"`
 				Code    any    `json:"code"`
 			} `json:"error"`
-			Message string `json:"message"`
-			Status  int    `json:"status"`
 		}
-		if json.Unmarshal([]byte(msg[i:j+1]), &body) == nil {
-			if t := cmp.Or(body.Error.Message, body.Message, body.Error.Type); t != "" {
-				text = t
-			}
-			code = cmp.Or(code, body.Status)
+		if json.Unmarshal([]byte(msg[i:j+1]), &body) == nil && (body.Error.Message != "" || body.Error.Type != "") {
+			text, api = cmp.Or(body.Error.Message, body.Error.Type), true
+			auth = body.Error.Code == "invalid_api_key" || body.Error.Type == "authentication_error"
 		}
 	} else if _, after, ok := strings.Cut(msg, "status "+strconv.Itoa(code)); ok && code != 0 {
-		// "unexpected status 401 Unauthorized: MSG, url: URL"
 		if _, m, ok := strings.Cut(after, ": "); ok {
 			text = m
 		}
@@ -169,7 +165,7 @@ func codexReason(msg string) (string, int) {
 	if code != 0 && !strings.Contains(text, strconv.Itoa(code)) {
 		text = strconv.Itoa(code) + " " + text
 	}
-	return text, code
+	return text, api || code != 0, auth || authStatus(code)
 }
 
 // codexError maps an "error" line: a reconnect is a retry in the status
@@ -181,8 +177,8 @@ func (d *codexDecoder) codexError(msg string) []agents.TurnEvent {
 		max, _ = strconv.Atoi(m[2])
 		inner = m[3]
 	}
-	text, code := codexReason(inner)
-	if authStatus(code) {
+	text, _, auth := codexReason(inner)
+	if auth {
 		return []agents.TurnEvent{authFailure("codex", d.agent, text, codexCreds(d.home))}
 	}
 	if attempt == 0 {
@@ -201,3 +197,20 @@ func (d *codexDecoder) end(stderr string) error {
 }
 
 var _ ender = (*codexDecoder)(nil)
+
+// mcpFailure is why a failed mcp_tool_call item failed: its error, else the
+// text of its result (a tool's error result).
+func mcpFailure(it *codexItem) string {
+	if it.Error != nil && it.Error.Message != "" {
+		return it.Error.Message
+	}
+	var parts []string
+	if it.Result != nil {
+		for _, c := range it.Result.Content {
+			if c.Text != "" {
+				parts = append(parts, c.Text)
+			}
+		}
+	}
+	return cmp.Or(strings.Join(parts, " "), noReason)
+}

@@ -32,9 +32,15 @@ type Request struct {
 
 // ToolNames lists the names of the tools the request offers the model
 // (Anthropic tools[].name; OpenAI tools[].name, or the type of a built-in
-// tool without a name).
+// tool without a name). The tools of an OpenAI namespace (Codex offers
+// each MCP server's tools as one: "mcp__roombridge") are listed after it
+// as NAMESPACE__TOOL.
 func (r Request) ToolNames() []string {
 	tools, _ := r.JSON["tools"].([]any)
+	return toolNames("", tools)
+}
+
+func toolNames(prefix string, tools []any) []string {
 	var names []string
 	for _, t := range tools {
 		m, _ := t.(map[string]any)
@@ -42,7 +48,10 @@ func (r Request) ToolNames() []string {
 		if name == "" {
 			name, _ = m["type"].(string)
 		}
-		names = append(names, name)
+		names = append(names, prefix+name)
+		if nested, ok := m["tools"].([]any); ok {
+			names = append(names, toolNames(prefix+name+"__", nested)...)
+		}
 	}
 	return names
 }
@@ -55,9 +64,12 @@ func (r Request) Stream() bool { b, _ := r.JSON["stream"].(bool); return b }
 
 // ToolCall is a tool the model calls in a reply.
 type ToolCall struct {
-	ID    string
-	Name  string
-	Input any // marshalled to JSON
+	ID   string
+	Name string
+	// Namespace is the OpenAI namespace of the tool ("mcp__roombridge"
+	// for a Codex MCP server's tool).
+	Namespace string
+	Input     any // marshalled to JSON
 }
 
 // Reply is the model's answer to one request.

@@ -96,6 +96,9 @@ func writeOpenAI(w http.ResponseWriter, _ Request, rep Reply) {
 		}
 		item := map[string]any{"type": "function_call", "id": "fc_" + id, "call_id": id, "name": tc.Name,
 			"arguments": inputJSON(tc.Input), "status": "completed"}
+		if tc.Namespace != "" {
+			item["namespace"] = tc.Namespace
+		}
 		s.event("response.output_item.added", map[string]any{"type": "response.output_item.added", "output_index": idx, "item": item})
 		s.event("response.output_item.done", map[string]any{"type": "response.output_item.done", "output_index": idx, "item": item})
 		done = append(done, item)
