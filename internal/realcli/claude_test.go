@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roombridge/roombridge/agents/process"
 	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/internal/fakemodel"
-	"github.com/roombridge/roombridge/agents/process"
 	"github.com/roombridge/roombridge/requests"
 )
 
