@@ -125,7 +125,14 @@ func (e *env) workFile(name, content string) string {
 // runtime is core's runtime of a configured agent, with the test's
 // environment: the CLI's fake model API, the demo agent's helper mode.
 func (e *env) runtime(name string, a config.Agent) (agents.Runtime, error) {
-	rt := &process.Runtime{Kind: process.Kind(a.Kind), Command: a.Command, Workdir: filepath.Join(e.dir, "work", name),
+	cmd := a.Command
+	if rec := os.Getenv(realcli.RecordEnv); rec != "" && a.Kind != "exec" {
+		var err error
+		if cmd, err = realcli.Recorder(rec, e.t.TempDir(), a.Kind, e.t.Name(), cmd); err != nil {
+			return nil, err
+		}
+	}
+	rt := &process.Runtime{Kind: process.Kind(a.Kind), Command: cmd, Workdir: filepath.Join(e.dir, "work", name),
 		Home: a.Home, Grace: 2 * time.Second, TurnTimeout: 2 * time.Minute}
 	switch rt.Kind {
 	case process.Claude:
