@@ -506,26 +506,6 @@ func (s *Scheduler) input(ctx context.Context, r *requests.Request, j *job) ([]I
 	return in, nil
 }
 
-// references are the results of the requests r's ask mentions.
-func (s *Scheduler) references(ctx context.Context, r *requests.Request) ([]Input, error) {
-	var in []Input
-	err := s.svc.Store().View(ctx, func(tx store.Tx) error {
-		for _, id := range r.References {
-			ref, err := s.svc.GetTx(tx, id)
-			if err != nil {
-				return fmt.Errorf("reference %s: %w", id, err)
-			}
-			text := ref.Result
-			if text == "" && ref.Reason != "" {
-				text = ref.Reason
-			}
-			in = append(in, Input{Kind: InputReference, RequestID: id.String(), State: ref.State.String(), Text: text})
-		}
-		return nil
-	})
-	return in, err
-}
-
 // watchCancel returns a channel closed once request r has a cancel request.
 func (s *Scheduler) watchCancel(ctx context.Context, r *requests.Request) (<-chan struct{}, func()) {
 	ch := make(chan struct{})

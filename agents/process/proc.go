@@ -340,6 +340,11 @@ func (d *driver) handle(ctx context.Context, ev agents.TurnEvent) {
 	case agents.EventMessage:
 		err = d.sink.Message(ctx, ev.Text)
 	case evStatus:
+		// Made by the CLI decoders only; no part of the exec protocol.
+		if d.in != nil {
+			err = fmt.Errorf("%w: unknown event type %q", agents.ErrProtocol, ev.Type)
+			break
+		}
 		err = d.status(ctx, ev.Text)
 	case agents.EventAskAgent, agents.EventBackgroundRun, agents.EventRequestApproval, agents.EventTaskStatus, agents.EventAskUser:
 		err = d.call(ev)
