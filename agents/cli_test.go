@@ -186,7 +186,11 @@ func TestCLIFailures(t *testing.T) {
 		{claude("claude/error_api.jsonl", "FAKE_CLI_EXIT=1"), "agent reported: claude: Invalid API key · Fix external API key"},
 		{claude("", "FAKE_CLI_EXIT=1", "FAKE_CLI_STDERR=Error: When using --print, --output-format=stream-json requires --verbose"),
 			"agent exited without a final answer (exit status 1) (stderr: Error: When using --print, --output-format=stream-json requires --verbose)"},
-		{codex("codex/failed.jsonl", "FAKE_CLI_EXIT=1"), "agent reported: codex: unexpected status 401 Unauthorized: Incorrect API key provided"},
+		// Issue 16: an authentication failure fails the turn at once, read
+		// out of the message, naming the agent and where its credentials
+		// come from.
+		{codex("codex/failed.jsonl", "FAKE_CLI_EXIT=1"), "agent reported: codex: model API: 401 Incorrect API key provided: the credentials of agent agentd were refused; " +
+			"they come from the model provider's env_key (OPENAI_API_KEY by default) in the agent's environment, or the login in $CODEX_HOME (~/.codex)/auth.json"},
 		{codex("", "FAKE_CLI_EXIT=1", "FAKE_CLI_STDERR=Not inside a trusted directory and --skip-git-repo-check was not specified."),
 			"agent exited without a final answer (exit status 1) (stderr: Not inside a trusted directory and --skip-git-repo-check was not specified.)"},
 	}

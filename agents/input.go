@@ -201,3 +201,23 @@ func parkedTx(tx store.Tx, r *requests.Request) (bool, error) {
 	}
 	return err == nil, err
 }
+
+// references are the results of the requests r's ask mentions.
+func (s *Scheduler) references(ctx context.Context, r *requests.Request) ([]Input, error) {
+	var in []Input
+	err := s.svc.Store().View(ctx, func(tx store.Tx) error {
+		for _, id := range r.References {
+			ref, err := s.svc.GetTx(tx, id)
+			if err != nil {
+				return fmt.Errorf("reference %s: %w", id, err)
+			}
+			text := ref.Result
+			if text == "" && ref.Reason != "" {
+				text = ref.Reason
+			}
+			in = append(in, Input{Kind: InputReference, RequestID: id.String(), State: ref.State.String(), Text: text})
+		}
+		return nil
+	})
+	return in, err
+}

@@ -26,6 +26,9 @@ const (
 	// InputAnswer is the final answer of a request the agent delegated to
 	// (ask_agent).
 	InputAnswer = "answer"
+	// InputRecap recaps a request whose agent session was lost (see
+	// ErrSessionLost): what the bridge recorded of it so far.
+	InputRecap = "recap"
 )
 
 // Input is one item of a turn's input.

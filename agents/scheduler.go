@@ -298,7 +298,11 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 	}
 	revoke := s.issueTools(ctx, log, r.ID, &turn)
 	began := time.Now()
-	out, err := a.Runtime.Run(ctx, turn, &sink{s: s, id: r.ID, cancel: cancelCh, key: requestKey(r), turn: num, resumed: resumed})
+	k := &sink{s: s, id: r.ID, cancel: cancelCh, key: requestKey(r), turn: num, resumed: resumed}
+	out, err := a.Runtime.Run(ctx, turn, k)
+	if errors.Is(err, ErrSessionLost) && turn.Session != "" {
+		out, err = s.continueLost(ctx, log, a, r, turn, k, err)
+	}
 	revoke() // the turn is over, however it ended: its token dies now
 	outcome := turnOutcome(ctx, out, err)
 	if s.OnTurn != nil {
@@ -490,23 +494,11 @@ func (s *Scheduler) input(ctx context.Context, r *requests.Request, j *job) ([]I
 	var in []Input
 	if j.kind != jobWake && !j.woken {
 		in = append(in, Input{Kind: InputAsk, Text: r.Ask, RequestID: r.ID.String()})
-		err := s.svc.Store().View(ctx, func(tx store.Tx) error {
-			for _, id := range r.References {
-				ref, err := s.svc.GetTx(tx, id)
-				if err != nil {
-					return fmt.Errorf("reference %s: %w", id, err)
-				}
-				text := ref.Result
-				if text == "" && ref.Reason != "" {
-					text = ref.Reason
-				}
-				in = append(in, Input{Kind: InputReference, RequestID: id.String(), State: ref.State.String(), Text: text})
-			}
-			return nil
-		})
+		refs, err := s.references(ctx, r)
 		if err != nil {
 			return nil, err
 		}
+		in = append(in, refs...)
 	}
 	for _, it := range j.input {
 		in = append(in, it.in)

@@ -90,6 +90,9 @@ type Agent struct {
 	Workdir            string        `yaml:"workdir"`
 	MaxBackgroundTasks int           `yaml:"max_background_tasks"`
 	TurnTimeout        time.Duration `yaml:"turn_timeout"`
+	// Home is a CLI agent's HOME (claude, codex), where its CLI keeps its
+	// sessions and login (default: the bridge's HOME).
+	Home string `yaml:"home"`
 }
 
 // Approvals configures approval expiry.

@@ -63,7 +63,11 @@ func (r *Runtime) claudeArgs(t agents.Turn, mcpConfig string) []string {
 // asking. A command that sets --allowedTools keeps its own list: add
 // mcp__roombridge to it, or each tool call becomes an approval.
 func (r *Runtime) claudeLaunch(t agents.Turn) (launch, error) {
-	l := launch{env: r.Env, dec: &claudeDecoder{session: t.Session}}
+	home, err := r.homeEnv(Claude)
+	if err != nil {
+		return launch{}, fmt.Errorf("home: %w", err)
+	}
+	l := launch{env: slices.Concat(home, r.Env), dec: &claudeDecoder{session: t.Session, agent: t.Agent, home: r.Home}}
 	config := ""
 	if t.MCPURL != "" && t.MCPToken != "" {
 		dir, err := os.MkdirTemp("", "roombridge-mcp-")
@@ -76,9 +80,7 @@ func (r *Runtime) claudeLaunch(t agents.Turn) (launch, error) {
 			l.cleanup()
 			return launch{}, fmt.Errorf("mcp config: %w", err)
 		}
-		if os.Getenv("MCP_TOOL_TIMEOUT") == "" {
-			l.env = slices.Concat([]string{"MCP_TOOL_TIMEOUT=" + mcpToolTimeout}, r.Env)
-		}
+		l.env = slices.Concat(claudeMCPEnv(), l.env)
 	}
 	l.argv = r.claudeArgs(t, config)
 	return l, nil
@@ -134,6 +136,12 @@ type claudeLine struct {
 	Error           string          `json:"error"`
 	Denials         []claudeDenial  `json:"permission_denials"`
 	MCPServers      []claudeMCPStat `json:"mcp_servers"`
+	// system/init and system/api_retry (trouble.go).
+	APIKeySource   string `json:"apiKeySource"`
+	Attempt        int    `json:"attempt"`
+	MaxRetries     int    `json:"max_retries"`
+	ErrorStatus    *int   `json:"error_status"`
+	APIErrorStatus *int   `json:"api_error_status"`
 }
 
 type claudeMessage struct {
@@ -159,9 +167,13 @@ type claudeMCPStat struct {
 
 // claudeDecoder maps stream-json lines to protocol events.
 type claudeDecoder struct {
-	session  string
-	tools    map[string]string // open tool_use id → name
-	lastText string
+	session   string
+	agent     string // the agent's name and home, for a failure's reason
+	home      string
+	started   bool // an init event came
+	keySource string
+	tools     map[string]string // open tool_use id → name
+	lastText  string
 }
 
 func (d *claudeDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
@@ -183,7 +195,11 @@ func (d *claudeDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 	}
 	switch l.Type {
 	case "system":
+		if l.Subtype == "api_retry" {
+			return append(evs, d.claudeRetry(&l)), nil
+		}
 		if l.Subtype == "init" {
+			d.started, d.keySource = true, l.APIKeySource
 			for _, s := range l.MCPServers {
 				if s.Status != "connected" {
 					evs = append(evs, agents.TurnEvent{Type: agents.EventMessage, Text: fmt.Sprintf("(MCP server %s is %s)", s.Name, s.Status)})
@@ -226,6 +242,12 @@ func (d *claudeDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 		}
 		if l.IsError || strings.HasPrefix(l.Subtype, "error") {
 			msg := cmp.Or(strings.Join(l.Errors, "; "), text, l.Subtype, noReason)
+			if err := d.claudeLost(&l, msg); err != nil {
+				return nil, err
+			}
+			if l.APIErrorStatus != nil && authStatus(*l.APIErrorStatus) {
+				return append(evs, authFailure("claude", d.agent, fmt.Sprintf("%s (%d)", msg, *l.APIErrorStatus), claudeCreds(d.keySource, d.home))), nil
+			}
 			return append(evs, agents.TurnEvent{Type: agents.EventError, Message: "claude: " + msg}), nil
 		}
 		if text == "" {

@@ -23,7 +23,13 @@ func (r *Runtime) codexArgs(t agents.Turn) []string {
 			"-c", server+"url="+tomlString(t.MCPURL),
 			"-c", server+"bearer_token_env_var="+tomlString(EnvMCPToken),
 			// An approval waits for a person (codex's default is 60 s).
-			"-c", server+"tool_timeout_sec=86400")
+			"-c", server+"tool_timeout_sec=86400",
+			// The bridge's own tools need no approval of Codex's (exec
+			// has no one to ask: it refuses every call); permission for
+			// actions stays with the sandbox flags and the room.
+			"-c", server+`default_tools_approval_mode="approve"`,
+			// approval_prompt answers Claude Code's permission prompts.
+			"-c", server+`disabled_tools=["approval_prompt"]`)
 	}
 	if t.Session != "" {
 		args = append(args, "resume", t.Session)
@@ -48,8 +54,13 @@ func (r *Runtime) codexArgs(t agents.Turn) []string {
 // MCP server "roombridge", configured with -c overrides: its URL, and
 // bearer_token_env_var naming ROOMBRIDGE_MCP_TOKEN, which is set in the
 // process's environment only (argv is visible to every user of the host).
-func (r *Runtime) codexLaunch(t agents.Turn) launch {
-	return launch{argv: r.codexArgs(t), env: slices.Concat(r.Env, mcpEnv(t)), dec: &codexDecoder{session: t.Session}}
+func (r *Runtime) codexLaunch(t agents.Turn) (launch, error) {
+	home, err := r.homeEnv(Codex)
+	if err != nil {
+		return launch{}, fmt.Errorf("home: %w", err)
+	}
+	return launch{argv: r.codexArgs(t), env: slices.Concat(home, r.Env, mcpEnv(t)),
+		dec: &codexDecoder{session: t.Session, agent: t.Agent, home: r.Home}}, nil
 }
 
 // tomlString quotes s as a TOML basic string (codex parses -c values as
@@ -76,7 +87,17 @@ type codexItem struct {
 	Server  string `json:"server"`
 	Tool    string `json:"tool"`
 	Query   string `json:"query"`
-	Items   []struct {
+	Status  string `json:"status"`
+	Error   *struct {
+		Message string `json:"message"`
+	} `json:"error"`
+	// Result is an MCP call's result (its text says why a call failed).
+	Result *struct {
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+	} `json:"result"`
+	Items []struct {
 		Completed bool `json:"completed"`
 	} `json:"items"`
 }
@@ -84,6 +105,9 @@ type codexItem struct {
 // codexDecoder maps codex exec --json lines to protocol events.
 type codexDecoder struct {
 	session   string
+	agent     string // the agent's name and home, for a failure's reason
+	home      string
+	started   bool              // thread.started came
 	open      map[string]string // started tool item id → name
 	lastText  string
 	lastError string
@@ -99,6 +123,7 @@ func (d *codexDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 	}
 	switch l.Type {
 	case "thread.started":
+		d.started = true
 		if l.ThreadID != "" && l.ThreadID != d.session {
 			d.session = l.ThreadID
 			return []agents.TurnEvent{{Type: agents.EventSession, ID: l.ThreadID}}, nil
@@ -136,11 +161,18 @@ func (d *codexDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 		}
 		if name, ok := d.open[it.ID]; ok {
 			delete(d.open, it.ID)
-			return []agents.TurnEvent{{Type: agents.EventTool, Phase: agents.PhaseEnd, Name: name}}, nil
+			end := agents.TurnEvent{Type: agents.EventTool, Phase: agents.PhaseEnd, Name: name}
+			if it.Type == "mcp_tool_call" && (it.Status == "failed" || it.Error != nil) {
+				// Shown, not passed as an ordinary end of a tool.
+				msg := mcpFailure(it)
+				return []agents.TurnEvent{{Type: agents.EventMessage, Text: fmt.Sprintf("(%s failed: %s)", name, clip.Line(msg, 300, clip.Bytes))}, end}, nil
+			}
+			return []agents.TurnEvent{end}, nil
 		}
 	case "error":
 		// Not always fatal (reconnect notices); turn.failed decides.
 		d.lastError = l.Message
+		return d.codexError(l.Message), nil
 	case "turn.completed":
 		return []agents.TurnEvent{{Type: agents.EventFinal, Text: d.lastText}}, nil
 	case "turn.failed":
@@ -148,7 +180,14 @@ func (d *codexDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 		if l.Error != nil {
 			msg = l.Error.Message
 		}
-		return []agents.TurnEvent{{Type: agents.EventError, Message: "codex: " + cmp.Or(msg, d.lastError, "turn failed")}}, nil
+		msg = cmp.Or(msg, d.lastError)
+		if msg == "" {
+			return []agents.TurnEvent{{Type: agents.EventError, Message: "codex: turn failed"}}, nil
+		}
+		if text, api, _ := codexReason(msg); api {
+			msg = "model API: " + text
+		}
+		return []agents.TurnEvent{{Type: agents.EventError, Message: "codex: " + msg}}, nil
 	}
 	return nil, nil
 }

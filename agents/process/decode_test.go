@@ -138,7 +138,12 @@ func TestCodexDecoder(t *testing.T) {
 		}},
 		{"codex/failed.jsonl", "", []agents.TurnEvent{
 			{Type: agents.EventSession, ID: "019a3c66-9e4b-7d10-a2f7-41b8c03d5e97"},
-			{Type: agents.EventError, Message: "codex: unexpected status 401 Unauthorized: Incorrect API key provided"},
+			// Issue 16: a reconnect is a retry in the status line; an
+			// authentication failure fails the turn at once, naming the
+			// agent and its credentials; turn.failed is read, not pasted.
+			{Type: evStatus, Text: "model API: stream disconnected before completion: error sending request for url (https://api.openai.com/v1/responses), retry 1/5"},
+			{Type: agents.EventError, Message: "codex: model API: 401 Incorrect API key provided: the credentials of agent (unnamed) were refused; they come from " + codexCreds("")},
+			{Type: agents.EventError, Message: "codex: model API: 401 Incorrect API key provided"},
 		}},
 		{"codex/mcp.jsonl", "", []agents.TurnEvent{
 			{Type: agents.EventSession, ID: "019a3c6a-1c3d-7e52-9f08-7a6b2d4c8e01"},

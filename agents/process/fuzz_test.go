@@ -123,7 +123,7 @@ func checkCLIEvents(t *testing.T, cli, session string, evs []agents.TurnEvent) {
 			if !strings.HasPrefix(ev.Message, cli+": ") {
 				t.Fatalf("error %q does not name %s", ev.Message, cli)
 			}
-		case agents.EventMessage, agents.EventFinal:
+		case agents.EventMessage, agents.EventFinal, evStatus:
 		default:
 			t.Fatalf("%s adapter made a %q event", cli, ev.Type)
 		}

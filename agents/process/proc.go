@@ -250,6 +250,8 @@ func (d *driver) loop(ctx context.Context, t agents.Turn, out *os.File) (agents.
 		return agents.Outcome{Stopped: true, Final: d.partial()}, nil
 	case d.draining:
 		return agents.Outcome{}, fmt.Errorf("%w: the bridge is shutting down", agents.ErrInterrupted)
+	case d.judge() != nil:
+		return agents.Outcome{}, d.reason(d.judge())
 	case waitErr != nil:
 		return agents.Outcome{}, d.reason(fmt.Errorf("agent exited without a final answer (%v)", waitErr))
 	default:
@@ -337,6 +339,13 @@ func (d *driver) handle(ctx context.Context, ev agents.TurnEvent) {
 		err = d.sink.Progress(ctx, ev.Percent, ev.Text)
 	case agents.EventMessage:
 		err = d.sink.Message(ctx, ev.Text)
+	case evStatus:
+		// Made by the CLI decoders only; no part of the exec protocol.
+		if d.in != nil {
+			err = fmt.Errorf("%w: unknown event type %q", agents.ErrProtocol, ev.Type)
+			break
+		}
+		err = d.status(ctx, ev.Text)
 	case agents.EventAskAgent, agents.EventBackgroundRun, agents.EventRequestApproval, agents.EventTaskStatus, agents.EventAskUser:
 		err = d.call(ev)
 	case agents.EventFinal:

@@ -38,6 +38,9 @@ type Runtime struct {
 	// --model, or for Codex flags of exec such as --sandbox.
 	Command []string
 	Workdir string
+	// Home, if set, is the home of a CLI agent (claude, codex): its HOME,
+	// where the CLI keeps its sessions and login (home.go).
+	Home string
 	// Env is added to the environment the agent inherits.
 	Env []string
 	// HideEnv names variables of the bridge's environment the agent does
@@ -77,7 +80,7 @@ func (r *Runtime) Run(ctx context.Context, t agents.Turn, sink agents.Sink) (age
 	case Claude:
 		l, err = r.claudeLaunch(t)
 	case Codex:
-		l = r.codexLaunch(t)
+		l, err = r.codexLaunch(t)
 	default:
 		err = fmt.Errorf("unknown kind %q (want exec, claude or codex)", r.Kind)
 	}
