@@ -78,6 +78,8 @@ const (
 	EventTool            = "tool"             // {"type":"tool","phase":"start"|"end","name":"..."}
 	EventProgress        = "progress"         // {"type":"progress","percent":60,"text":"..."}
 	EventMessage         = "message"          // {"type":"message","text":"..."}
+	EventDelta           = "delta"            // {"type":"delta","text":"a chunk of the answer being written"}
+	EventThinking        = "thinking"         // {"type":"thinking","text":"what the agent is weighing"}
 	EventAskAgent        = "ask_agent"        // {"type":"ask_agent","id":"c1","agent":"reviewer","text":"..."}
 	EventBackgroundRun   = "background_run"   // {"type":"background_run","id":"c2","name":"tests","command":["go","test","./..."]}
 	EventRequestApproval = "request_approval" // {"type":"request_approval","id":"c3","action":"..."}

@@ -68,6 +68,9 @@ type Scheduler struct {
 	// TurnFailed, TurnStopped, TurnInterrupted) and how long it took
 	// (metrics).
 	OnTurn func(agent, outcome string, took time.Duration)
+	// Live, if set, shows the turns' work as it happens (deltas, thinking,
+	// the tool timeline) in the requests' threads; it keeps them in memory.
+	Live Live
 }
 
 // NewScheduler returns a scheduler for agents. Set Approver and Delegator
@@ -298,7 +301,7 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 	}
 	revoke := s.issueTools(ctx, log, r.ID, &turn)
 	began := time.Now()
-	out, err := a.Runtime.Run(ctx, turn, &sink{s: s, id: r.ID, cancel: cancelCh, key: requestKey(r), turn: num, resumed: resumed})
+	out, err := a.Runtime.Run(ctx, turn, &sink{s: s, id: r.ID, r: r, cancel: cancelCh, key: requestKey(r), turn: num, resumed: resumed})
 	revoke() // the turn is over, however it ended: its token dies now
 	outcome := turnOutcome(ctx, out, err)
 	if s.OnTurn != nil {
@@ -551,7 +554,8 @@ func orNone(s string) string {
 type sink struct {
 	s      *Scheduler
 	id     requests.ID
-	cancel <-chan struct{} // the turn's cancel
+	r      *requests.Request // as the turn began: where its thread is (Live)
+	cancel <-chan struct{}   // the turn's cancel
 	// key, turn and resumed make the calls' idempotency keys: the
 	// request's store key, the turn's number, and whether it repeats a cut
 	// turn.
@@ -572,6 +576,9 @@ func (k *sink) Session(ctx context.Context, id string) error {
 }
 
 func (k *sink) Tool(ctx context.Context, phase, name string) error {
+	if k.s.Live != nil {
+		k.s.Live.Tool(k.r, phase, name)
+	}
 	return k.update(ctx, "", "", func(r *requests.Request) {
 		if phase == PhaseStart {
 			r.Activity = name
@@ -593,13 +600,32 @@ func (k *sink) Progress(ctx context.Context, percent int, text string) error {
 }
 
 func (k *sink) Message(ctx context.Context, text string) error {
-	return k.s.svc.Store().Update(ctx, func(tx store.Tx) error {
+	err := k.s.svc.Store().Update(ctx, func(tx store.Tx) error {
 		r, err := k.s.svc.GetTx(tx, k.id)
 		if err != nil {
 			return err
 		}
 		return k.s.threads.Reply(tx, r, chat.Message{Kind: "reply", Text: text})
 	})
+	if err == nil && k.s.Live != nil {
+		k.s.Live.Said(k.r)
+	}
+	return err
+}
+
+// Delta implements LiveSink: in memory only (Scheduler.Live), never a
+// store write.
+func (k *sink) Delta(_ context.Context, text string) {
+	if k.s.Live != nil {
+		k.s.Live.Delta(k.r, text)
+	}
+}
+
+// Thinking implements LiveSink, like Delta.
+func (k *sink) Thinking(_ context.Context, text string) {
+	if k.s.Live != nil {
+		k.s.Live.Thinking(k.r, text)
+	}
 }
 
 // Call serves an agent's call through Scheduler.Call, with the call's

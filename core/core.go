@@ -97,6 +97,7 @@ type Bridge struct {
 	del      *delegation.Service
 	router   *rooms.Router
 	sched    *agents.Scheduler
+	live     *threads.Live
 	deliver  *threads.Deliverer
 	sweeper  *ttl.Sweeper
 	tools    *mcptools.Server
@@ -264,6 +265,9 @@ func (b *Bridge) leaderJobs() {
 	}
 	b.deliver = threads.NewDeliverer(b.opts.Store, b.opts.Clock, b.log, conns...)
 	b.deliver.OnDelivered = b.met.Delivered
+	b.live = threads.NewLive(b.threads, b.opts.Store, b.opts.Clock, b.log, conns...)
+	b.deliver.Live = b.live
+	b.sched.Live = b.live
 	b.intake = []job{{"sweeper", b.sweeper.Run}}
 	for _, c := range b.opts.Connectors {
 		b.intake = append(b.intake, job{c.Surface(), func(ctx context.Context) error { return c.Run(ctx, b.router) }})
@@ -342,6 +346,12 @@ func (b *Bridge) work() leaderWork {
 			if err := b.del.Recover(ctx); err != nil {
 				return err
 			}
+			// Live messages are shown while turns run (and those left
+			// open by an earlier term are closed as interrupted first).
+			lctx, stopLive := context.WithCancel(ctx)
+			live := make(chan struct{})
+			go func() { defer close(live); _ = b.live.Run(lctx) }()
+			defer func() { stopLive(); <-live }()
 			return b.sched.Run(ctx)
 		},
 		deliver: b.deliver,

@@ -337,6 +337,13 @@ func (d *driver) handle(ctx context.Context, ev agents.TurnEvent) {
 		err = d.sink.Progress(ctx, ev.Percent, ev.Text)
 	case agents.EventMessage:
 		err = d.sink.Message(ctx, ev.Text)
+	case agents.EventDelta, agents.EventThinking:
+		// Shown live where the sink can; never stored one by one.
+		if ls, ok := d.sink.(agents.LiveSink); ok && ev.Type == agents.EventDelta {
+			ls.Delta(ctx, ev.Text)
+		} else if ok {
+			ls.Thinking(ctx, ev.Text)
+		}
 	case agents.EventAskAgent, agents.EventBackgroundRun, agents.EventRequestApproval, agents.EventTaskStatus, agents.EventAskUser:
 		err = d.call(ev)
 	case agents.EventFinal:
