@@ -381,7 +381,8 @@ func runtimeFor(cfg *config.Config, name string, a config.Agent) (agents.Runtime
 	}
 	switch k := process.Kind(a.Kind); k {
 	case process.Exec, process.Claude, process.Codex:
-		return &process.Runtime{Kind: k, Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout, HideEnv: cfg.SecretEnv}, nil
+		return &process.Runtime{Kind: k, Command: a.Command, Workdir: workdir, TurnTimeout: a.TurnTimeout, HideEnv: cfg.SecretEnv,
+			Stream: true}, nil
 	}
 	return nil, fmt.Errorf("agents.%s.kind: unknown kind %q (want exec, claude or codex)", name, a.Kind)
 }

@@ -26,6 +26,10 @@ const mcpToolTimeout = "86400000"
 func (r *Runtime) claudeArgs(t agents.Turn, mcpConfig string) []string {
 	bin, extra := splitCommand(r.Command, "claude")
 	args := []string{bin, "-p", Prompt(t), "--output-format", "stream-json", "--verbose"}
+	if r.Stream {
+		// stream_event lines: the answer's text deltas (shown live).
+		args = append(args, "--include-partial-messages")
+	}
 	if t.Session != "" {
 		// The = form: --resume takes an optional value, so a value starting
 		// with a dash would otherwise be read as a flag.
@@ -63,7 +67,7 @@ func (r *Runtime) claudeArgs(t agents.Turn, mcpConfig string) []string {
 // asking. A command that sets --allowedTools keeps its own list: add
 // mcp__roombridge to it, or each tool call becomes an approval.
 func (r *Runtime) claudeLaunch(t agents.Turn) (launch, error) {
-	l := launch{env: r.Env, dec: &claudeDecoder{session: t.Session}}
+	l := launch{env: r.Env, dec: &claudeDecoder{session: t.Session, live: r.Stream}}
 	config := ""
 	if t.MCPURL != "" && t.MCPToken != "" {
 		dir, err := os.MkdirTemp("", "roombridge-mcp-")
@@ -134,6 +138,27 @@ type claudeLine struct {
 	Error           string          `json:"error"`
 	Denials         []claudeDenial  `json:"permission_denials"`
 	MCPServers      []claudeMCPStat `json:"mcp_servers"`
+	Event           *claudeStream   `json:"event"`
+	Usage           *claudeUsage    `json:"usage"`
+	CostUSD         float64         `json:"total_cost_usd"`
+}
+
+// claudeStream is the event of a stream_event line (the Messages API's
+// streaming event): only its text deltas are read.
+type claudeStream struct {
+	Type  string `json:"type"`
+	Delta struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	} `json:"delta"`
+}
+
+// claudeUsage is the result event's token count.
+type claudeUsage struct {
+	Input      int64 `json:"input_tokens"`
+	Output     int64 `json:"output_tokens"`
+	CacheWrite int64 `json:"cache_creation_input_tokens"`
+	CacheRead  int64 `json:"cache_read_input_tokens"`
 }
 
 type claudeMessage struct {
@@ -162,6 +187,11 @@ type claudeDecoder struct {
 	session  string
 	tools    map[string]string // open tool_use id → name
 	lastText string
+	// live (Runtime.Stream): said, the assistant text not yet followed by
+	// a tool, is posted as a message when a tool starts (the text between
+	// tools); without it that text is only kept for the partial result.
+	live bool
+	said string
 }
 
 func (d *claudeDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
@@ -182,6 +212,12 @@ func (d *claudeDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 		return evs, nil // a sub-agent's step, inside a running Task tool
 	}
 	switch l.Type {
+	case "stream_event":
+		if e := l.Event; e != nil && e.Type == "content_block_delta" {
+			if e.Delta.Type == "text_delta" && e.Delta.Text != "" {
+				evs = append(evs, agents.TurnEvent{Type: agents.EventDelta, Text: e.Delta.Text})
+			}
+		}
 	case "system":
 		if l.Subtype == "init" {
 			for _, s := range l.MCPServers {
@@ -196,8 +232,15 @@ func (d *claudeDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 			case "text":
 				if strings.TrimSpace(b.Text) != "" {
 					d.lastText = b.Text
+					if d.live {
+						d.said += b.Text
+					}
 				}
 			case "tool_use":
+				if d.said != "" {
+					evs = append(evs, agents.TurnEvent{Type: agents.EventMessage, Text: d.said})
+					d.said = ""
+				}
 				if d.tools == nil {
 					d.tools = map[string]string{}
 				}

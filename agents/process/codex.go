@@ -49,7 +49,7 @@ func (r *Runtime) codexArgs(t agents.Turn) []string {
 // bearer_token_env_var naming ROOMBRIDGE_MCP_TOKEN, which is set in the
 // process's environment only (argv is visible to every user of the host).
 func (r *Runtime) codexLaunch(t agents.Turn) launch {
-	return launch{argv: r.codexArgs(t), env: slices.Concat(r.Env, mcpEnv(t)), dec: &codexDecoder{session: t.Session}}
+	return launch{argv: r.codexArgs(t), env: slices.Concat(r.Env, mcpEnv(t)), dec: &codexDecoder{session: t.Session, live: r.Stream}}
 }
 
 // tomlString quotes s as a TOML basic string (codex parses -c values as
@@ -87,6 +87,11 @@ type codexDecoder struct {
 	open      map[string]string // started tool item id → name
 	lastText  string
 	lastError string
+	// live (Runtime.Stream): said, the agent message not yet followed by
+	// a tool, is posted as a message when a tool starts (the text between
+	// tools); without it only the last message counts, as the answer.
+	live bool
+	said string
 }
 
 func (d *codexDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
@@ -123,7 +128,12 @@ func (d *codexDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 			}
 			if _, dup := d.open[it.ID]; !dup {
 				d.open[it.ID] = name
-				return []agents.TurnEvent{{Type: agents.EventTool, Phase: agents.PhaseStart, Name: name}}, nil
+				var evs []agents.TurnEvent
+				if d.said != "" {
+					evs = append(evs, agents.TurnEvent{Type: agents.EventMessage, Text: d.said})
+					d.said = ""
+				}
+				return append(evs, agents.TurnEvent{Type: agents.EventTool, Phase: agents.PhaseStart, Name: name}), nil
 			}
 		}
 	case "item.completed":
@@ -133,6 +143,9 @@ func (d *codexDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 		}
 		if it.Type == "agent_message" && it.Text != "" {
 			d.lastText = it.Text
+			if d.live {
+				d.said = it.Text
+			}
 		}
 		if name, ok := d.open[it.ID]; ok {
 			delete(d.open, it.ID)
