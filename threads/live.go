@@ -117,6 +117,9 @@ func (l *Live) stream(r *requests.Request) *stream {
 		return nil
 	}
 	s := newStream(l, id, surface, rt)
+	if user, ok := strings.CutPrefix(r.Requester, surface+":"); ok {
+		s.recipient = user
+	}
 	l.streams[id] = s
 	l.wg.Add(1)
 	go func() {

@@ -23,6 +23,8 @@ type stream struct {
 	rt      route
 	conn    chat.Streamer
 	pace    time.Duration
+	// recipient is the asker on this surface (chat.Message.Recipient).
+	recipient string
 
 	mu       sync.Mutex
 	text     strings.Builder // the live text of the current segment
@@ -152,9 +154,12 @@ func (s *stream) send(ctx context.Context) {
 		}
 		err := s.push(ctx, sn.u)
 		s.last = s.l.clock.Now()
+		var ra *chat.RetryAfterError
 		switch {
 		case errors.Is(err, errNoThread):
 			timer.Reset(s.pace) // the parent is not posted yet: keep it all
+		case errors.As(err, &ra):
+			timer.Reset(max(s.pace, ra.After)) // the surface's budget: keep it, coalescing
 		case err != nil && ctx.Err() == nil:
 			s.l.log.WarnContext(ctx, "live update failed", "request_id", s.id, "surface", s.surface, "error", err)
 			timer.Reset(s.pace)
@@ -194,7 +199,7 @@ func (s *stream) openMessage(ctx context.Context) error {
 	}
 	var ref chat.MessageRef
 	if err == nil {
-		ref, err = s.conn.OpenStream(ctx, tref, chat.Message{Request: s.id, Kind: "live"})
+		ref, err = s.conn.OpenStream(ctx, tref, chat.Message{Request: s.id, Kind: "live", Recipient: s.recipient})
 	}
 	if err == nil {
 		err = s.l.record(ctx, s.surface, s.id, ref)

@@ -1,0 +1,104 @@
+package slack_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/roombridge/roombridge/connectors/slack/slacktest"
+	"github.com/roombridge/roombridge/requests"
+)
+
+// streamAsk streams an answer over a second, then runs a tool.
+const streamAsk = "coder stream 1s alpha beta gamma delta epsilon; tool build 50ms"
+
+// answerOf waits for the one request to be done and returns its answer.
+func (h *harness) answerOf() (string, string) {
+	h.t.Helper()
+	var r *requests.Request
+	h.waitStore("the request done and delivered", func() bool {
+		rs := h.requests()
+		if len(rs) == 1 && rs[0].State == requests.Done && h.outboxEmpty() {
+			r = rs[0]
+		}
+		return r != nil
+	})
+	return r.ID.String(), r.Result
+}
+
+// botReplies are the bot's replies in the channel's threads.
+func botReplies(s *slacktest.Server) []slacktest.Message {
+	var out []slacktest.Message
+	for _, m := range s.Messages() {
+		if m.User == slacktest.BotUserID && m.Channel == channel && m.ThreadTS != "" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// TestStreamNative: the answer is streamed into the request's thread with
+// chat.startStream (to the asker) and chat.appendStream, the tool is a task
+// card, and the final answer stops the stream: the streamed message's text
+// is exactly the stored answer, and it is not posted a second time.
+func TestStreamNative(t *testing.T) {
+	h := newHarness(t, fast(setup{mode: "events"}))
+	h.mention(owner, streamAsk)
+	_, answer := h.answerOf()
+	if answer != "alpha beta gamma delta epsilon" {
+		t.Fatalf("answer %q", answer)
+	}
+	var live []slacktest.Message
+	for _, m := range botReplies(h.fake) {
+		if strings.Contains(m.Text, "alpha") {
+			live = append(live, m)
+		}
+	}
+	if len(live) != 1 {
+		t.Fatalf("%d replies with the answer, want the one live message: %+v", len(live), live)
+	}
+	m := live[0]
+	if m.Streaming || m.Text != answer || m.Recipient != owner || m.Appends < 2 {
+		t.Errorf("live message: streaming %v, text %q, recipient %q, %d appends; want stopped, the answer, %s, appends",
+			m.Streaming, m.Text, m.Recipient, m.Appends, owner)
+	}
+	if len(m.Tasks) != 1 || m.Tasks[0].Title != "build" || m.Tasks[0].Status != "complete" {
+		t.Errorf("tasks %+v, want build complete", m.Tasks)
+	}
+	if n := h.fake.RateLimited("chat.appendStream") + h.fake.RateLimited("chat.startStream"); n != 0 {
+		t.Errorf("%d streaming calls rate limited", n)
+	}
+}
+
+// TestStreamRefusedFallsBackToEdits: where Slack refuses to stream, the
+// live message is one reply edited with chat.update (at most once a second,
+// which the fake enforces), ending with exactly the stored answer, posted
+// once.
+func TestStreamRefusedFallsBackToEdits(t *testing.T) {
+	s := fast(setup{mode: "events"})
+	s.fake = append(s.fake, slacktest.RefuseStreaming("missing_scope"))
+	h := newHarness(t, s)
+	h.mention(owner, streamAsk)
+	_, answer := h.answerOf()
+	var live []slacktest.Message
+	for _, m := range botReplies(h.fake) {
+		if strings.Contains(m.Text, "alpha") {
+			live = append(live, m)
+		}
+	}
+	if len(live) != 1 {
+		t.Fatalf("%d replies with the answer, want one: %+v", len(live), live)
+	}
+	m := live[0]
+	if m.Streaming || m.Text != answer || len(m.Updates) < 2 {
+		t.Errorf("live reply: text %q, %d updates; want the answer %q after edits", m.Text, len(m.Updates), answer)
+	}
+	for i := 1; i < len(m.Updates); i++ {
+		if gap := m.Updates[i].At.Sub(m.Updates[i-1].At); gap < time.Second {
+			t.Errorf("edits %d and %d %s apart, want at least 1s", i-1, i, gap)
+		}
+	}
+	if n := h.fake.RateLimited("chat.update"); n != 0 {
+		t.Errorf("%d chat.update calls rate limited", n)
+	}
+}
