@@ -79,7 +79,7 @@ func (s *streamer) closed() map[string][]string {
 }
 
 // waitFor waits (up to 10 s) for cond.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
@@ -90,7 +90,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func startLive(t *testing.T, f *fixture, s *streamer) (*threads.Live, func()) {
+func startLive(t testing.TB, f *fixture, s chat.Streamer) (*threads.Live, func()) {
 	t.Helper()
 	l := threads.NewLive(f.th, f.db, f.clk, slog.New(slog.NewTextHandler(io.Discard, nil)), s)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -100,7 +100,7 @@ func startLive(t *testing.T, f *fixture, s *streamer) (*threads.Live, func()) {
 	return l, func() { cancel(); <-done }
 }
 
-func liveFixture(t *testing.T) (*fixture, *streamer, *requests.Request) {
+func liveFixture(t testing.TB) (*fixture, *streamer, *requests.Request) {
 	f := newFixture(t)
 	s := newStreamer()
 	f.d = threads.NewDeliverer(f.db, f.clk, slog.New(slog.DiscardHandler), s)
