@@ -103,7 +103,7 @@ func TestFencedKeepsAbilities(t *testing.T) {
 	}
 	co := console.New(strings.NewReader(""), io.Discard, "room", "you")
 	claim := func(context.Context) error { return nil }
-	want := map[string][]string{chat.Slack: {"DirectMessenger", "Finder", "Streamer"}, chat.Feishu: {"DirectMessenger"}, chat.Console: {"DirectMessenger", "Streamer"}}
+	want := map[string][]string{chat.Slack: {"DirectMessenger", "Finder", "Streamer"}, chat.Feishu: {"DirectMessenger", "Streamer"}, chat.Console: {"DirectMessenger", "Streamer"}}
 	for _, raw := range []chat.Connector{sl, fs, co} {
 		s := raw.Surface()
 		if got := has(raw); !slices.Equal(got, want[s]) {
