@@ -112,6 +112,9 @@ type Outcome struct {
 	// in the thread and the request stays running. Otherwise it is the
 	// answer.
 	YieldIfWaiting bool
+	// Usage is what the turn cost, as the agent reported it (zero: not
+	// reported); it is set whether or not the turn failed.
+	Usage requests.Usage
 }
 
 // Runtime runs one turn of an agent. A returned error means the turn failed;

@@ -68,6 +68,9 @@ type Scheduler struct {
 	// TurnFailed, TurnStopped, TurnInterrupted) and how long it took
 	// (metrics).
 	OnTurn func(agent, outcome string, took time.Duration)
+	// OnUsage, if set, is told what each turn that reported it cost
+	// (metrics).
+	OnUsage func(agent string, u requests.Usage)
 	// Live, if set, shows the turns' work as it happens (deltas, thinking,
 	// the tool timeline) in the requests' threads; it keeps them in memory.
 	Live Live
@@ -303,6 +306,9 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 	began := time.Now()
 	out, err := a.Runtime.Run(ctx, turn, &sink{s: s, id: r.ID, r: r, cancel: cancelCh, key: requestKey(r), turn: num, resumed: resumed})
 	revoke() // the turn is over, however it ended: its token dies now
+	if !out.Usage.IsZero() {
+		s.recordUsage(context.WithoutCancel(ctx), log, r.ID, a.Name, out.Usage)
+	}
 	outcome := turnOutcome(ctx, out, err)
 	if s.OnTurn != nil {
 		s.OnTurn(a.Name, outcome, time.Since(began))
@@ -325,6 +331,24 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 		return s.finalOrWait(ctx, r, out.Final, j.input)
 	default:
 		return s.end(ctx, r.ID, requests.Finish, "", out.Final, j.input)
+	}
+}
+
+// recordUsage adds what a turn cost to its request (audited: the export
+// has each turn's), before the turn's end is recorded, so that the final
+// status shows it.
+func (s *Scheduler) recordUsage(ctx context.Context, log *slog.Logger, id requests.ID, agent string, u requests.Usage) {
+	if s.OnUsage != nil {
+		s.OnUsage(agent, u)
+	}
+	detail := fmt.Sprintf("input %d, output %d, cache read %d, cache write %d tokens; $%.4f",
+		u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens, u.CostUSD)
+	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
+		_, err := s.svc.UpdateTx(tx, id, actor, "usage", detail, func(r *requests.Request) { r.Usage = r.Usage.Add(u) })
+		return err
+	})
+	if err != nil {
+		log.WarnContext(ctx, "recording the turn's usage", "error", err)
 	}
 }
 

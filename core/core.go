@@ -244,6 +244,7 @@ func (b *Bridge) scheduler() error {
 	b.sched.Approver = b.appr
 	b.sched.Delegator = b.del
 	b.sched.OnTurn = b.met.Turn
+	b.sched.OnUsage = b.met.Usage
 	b.sched.Tasks = mcptools.Tasks{Requests: b.svc, Delegation: b.del} // task_status
 	b.tools = mcptools.New(mcptools.Options{Requests: b.svc, Calls: b.sched, Log: b.log})
 	b.sched.Tools = b.tools

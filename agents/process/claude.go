@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/requests"
 )
 
 // ApprovalPromptTool is the MCP tool of the bridge that answers Claude
@@ -192,7 +193,10 @@ type claudeDecoder struct {
 	// tools); without it that text is only kept for the partial result.
 	live bool
 	said string
+	cost requests.Usage // from the result event
 }
+
+func (d *claudeDecoder) usage() requests.Usage { return d.cost }
 
 func (d *claudeDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 	if line[0] != '{' {
@@ -256,6 +260,10 @@ func (d *claudeDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 			}
 		}
 	case "result":
+		if u := l.Usage; u != nil {
+			d.cost = requests.Usage{InputTokens: u.Input, OutputTokens: u.Output, CacheReadTokens: u.CacheRead,
+				CacheWriteTokens: u.CacheWrite, CostUSD: l.CostUSD}
+		}
 		if len(l.Denials) > 0 {
 			var names []string
 			for _, dn := range l.Denials {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/internal/clip"
+	"github.com/roombridge/roombridge/requests"
 )
 
 // codexArgs is the command line of turn t.
@@ -59,7 +60,12 @@ func tomlString(s string) string {
 }
 
 type codexLine struct {
-	Type     string     `json:"type"`
+	Type  string `json:"type"`
+	Usage *struct {
+		Input  int64 `json:"input_tokens"`
+		Cached int64 `json:"cached_input_tokens"`
+		Output int64 `json:"output_tokens"`
+	} `json:"usage"`
 	ThreadID string     `json:"thread_id"`
 	Item     *codexItem `json:"item"`
 	Message  string     `json:"message"`
@@ -92,7 +98,10 @@ type codexDecoder struct {
 	// tools); without it only the last message counts, as the answer.
 	live bool
 	said string
+	cost requests.Usage // from turn.completed
 }
+
+func (d *codexDecoder) usage() requests.Usage { return d.cost }
 
 func (d *codexDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 	if line[0] != '{' {
@@ -155,6 +164,10 @@ func (d *codexDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 		// Not always fatal (reconnect notices); turn.failed decides.
 		d.lastError = l.Message
 	case "turn.completed":
+		if u := l.Usage; u != nil {
+			// input_tokens counts the cached ones too.
+			d.cost = requests.Usage{InputTokens: u.Input - u.Cached, CacheReadTokens: u.Cached, OutputTokens: u.Output}
+		}
 		return []agents.TurnEvent{{Type: agents.EventFinal, Text: d.lastText}}, nil
 	case "turn.failed":
 		msg := ""
