@@ -102,3 +102,37 @@ func TestStreamRefusedFallsBackToEdits(t *testing.T) {
 		t.Errorf("%d chat.update calls rate limited", n)
 	}
 }
+
+// TestStreamRestartClosesInterrupted: the bridge stops while an answer
+// streams; the next start closes that live message as interrupted, the
+// resumed turn streams anew, and the answer is shown exactly once (in the
+// new live message, which ends as the stored answer).
+func TestStreamRestartClosesInterrupted(t *testing.T) {
+	h := newHarness(t, fast(setup{mode: "events"}))
+	h.mention(owner, "coder stream 4s one two three four five six seven eight")
+	h.waitFake("the answer streaming", func(s *slacktest.Server) bool {
+		for _, m := range botReplies(s) {
+			if m.Streaming && strings.HasPrefix(m.Text, "one two") {
+				return true
+			}
+		}
+		return false
+	})
+	h.restart()
+	_, answer := h.answerOf()
+	var interrupted, shown int
+	for _, m := range botReplies(h.fake) {
+		switch {
+		case m.Streaming:
+			t.Errorf("live message %s never closed: %q", m.TS, m.Text)
+		case m.Text == answer:
+			shown++
+		case strings.HasPrefix(m.Text, "(interrupted"):
+			interrupted++
+		}
+	}
+	if interrupted != 1 || shown != 1 {
+		t.Errorf("%d live messages closed as interrupted, the answer shown %d times; want 1 and 1: %+v",
+			interrupted, shown, botReplies(h.fake))
+	}
+}
