@@ -40,6 +40,9 @@ type Button struct {
 	Label    string `json:"label"`
 	Value    string `json:"value"`
 	Style    string `json:"style,omitempty"` // "primary", "danger"
+	// Confirm, when set, is the question the clicker must confirm before
+	// the click counts (Slack's confirm object, Feishu's card confirm).
+	Confirm string `json:"confirm,omitempty"`
 }
 
 // Field is a label and value shown on a card.

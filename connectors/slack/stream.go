@@ -36,6 +36,12 @@ const (
 	// text stays in the coalescer and goes with the next one.
 	DefaultAppendEvery = 600 * time.Millisecond
 	DefaultAppendBurst = 20
+	// DefaultStopEvery and DefaultStopBurst budget chat.stopStream for the
+	// whole app: Tier 2 is "20+ per minute"; 18 per minute with bursts of
+	// 10 stays under it. A stop waits for the budget (the outbox's
+	// delivery of the answer waits with it).
+	DefaultStopEvery = 3300 * time.Millisecond
+	DefaultStopBurst = 10
 )
 
 // maxStreamText is the limit of markdown_text in the streaming methods.
@@ -47,12 +53,14 @@ var _ chat.Streamer = (*Connector)(nil)
 type streams struct {
 	mu       sync.Mutex
 	appends  *rate.Limiter
+	stops    *rate.Limiter
 	fallback map[string]bool   // ts → a chat.update reply, not a native stream
 	shown    map[string]string // ts → the text appended so far (native)
 }
 
 func newStreams() *streams {
 	return &streams{appends: rate.NewLimiter(rate.Every(DefaultAppendEvery), DefaultAppendBurst),
+		stops:    rate.NewLimiter(rate.Every(DefaultStopEvery), DefaultStopBurst),
 		fallback: map[string]bool{}, shown: map[string]string{}}
 }
 
@@ -154,6 +162,9 @@ func (c *Connector) CloseStream(ctx context.Context, ref chat.MessageRef, m chat
 	rest, prefix := strings.CutPrefix(m.Text, shown)
 	if known && prefix && rest != "" {
 		opts = append(opts, slackgo.MsgOptionMarkdownText(clip.Text(rest, maxStreamText, clip.Runes)))
+	}
+	if err := c.live.stops.Wait(ctx); err != nil {
+		return err
 	}
 	_, _, err := c.api.StopStreamContext(ctx, ref.Channel, ref.ID, opts...)
 	err = c.apiError("chat.stopStream", err)

@@ -1,6 +1,8 @@
 package slack_test
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -134,5 +136,60 @@ func TestStreamRestartClosesInterrupted(t *testing.T) {
 	if interrupted != 1 || shown != 1 {
 		t.Errorf("%d live messages closed as interrupted, the answer shown %d times; want 1 and 1: %+v",
 			interrupted, shown, botReplies(h.fake))
+	}
+}
+
+// BenchmarkSlack50Streams: 50 requests (50 agents) stream their answers at
+// once into one channel through the fake Slack, with Slack's limits on the
+// streaming methods (appendStream Tier 4 per app, stopStream Tier 2) and
+// posts paced fast (the fake's per-channel post limit at 10 ms): no call is
+// answered 429, and every answer lands in its live message. It reports the
+// 429s, the appends per stream and how long until all 50 answers landed.
+func BenchmarkSlack50Streams(b *testing.B) {
+	for b.Loop() {
+		var names []string
+		for i := range 50 {
+			names = append(names, fmt.Sprintf("a%d", i))
+		}
+		h := newHarness(b, fast(setup{mode: "events", agents: names}))
+		began := time.Now()
+		for _, a := range names {
+			h.mention(owner, a+" stream 10s "+strings.Repeat(a+" writes a word ", 20))
+		}
+		// chat.stopStream's Tier 2 (about 20 a minute) paces the answers:
+		// longer than the harness's usual wait.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		err := h.fake.WaitFor(ctx, func(s *slacktest.Server) bool {
+			closed := 0
+			for _, m := range botReplies(s) {
+				if m.Recipient == owner && !m.Streaming && strings.HasSuffix(m.Text, "writes a word") {
+					closed++
+				}
+			}
+			return closed == 50
+		})
+		cancel()
+		if err != nil {
+			b.Fatalf("waiting for the 50 answers: %v", err)
+		}
+		h.waitStore("the outbox empty", h.outboxEmpty)
+		took := time.Since(began)
+		appends, shown := 0, 0
+		for _, m := range botReplies(h.fake) {
+			appends += m.Appends
+			if m.Recipient == owner && !m.Streaming && strings.HasSuffix(m.Text, "writes a word") {
+				shown++
+			}
+		}
+		limited := 0
+		for _, m := range []string{"chat.postMessage", "chat.startStream", "chat.appendStream", "chat.stopStream", "chat.update"} {
+			limited += h.fake.RateLimited(m)
+		}
+		if limited != 0 || shown != 50 {
+			b.Errorf("%d calls answered 429, %d of 50 answers in their live messages", limited, shown)
+		}
+		b.ReportMetric(float64(limited), "429s")
+		b.ReportMetric(float64(appends)/50, "appends/stream")
+		b.ReportMetric(took.Seconds(), "s-to-all-answers")
 	}
 }
