@@ -45,8 +45,8 @@ func (c *Connector) AppendStream(_ context.Context, ref chat.MessageRef, u chat.
 			fmt.Fprintf(c.out, "   %s | tool %s %s (%s)\n", id, s.Name, s.Status, s.Took.Round(time.Millisecond))
 		}
 	}
-	if u.Text == "" {
-		return nil
+	if u.Delta == "" {
+		return nil // nothing new written: the line stands (or a tool line ended it)
 	}
 	tail := []rune(strings.Join(strings.Fields(u.Text), " "))
 	if len(tail) > liveWidth {
