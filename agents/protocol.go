@@ -1,6 +1,10 @@
 package agents
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/roombridge/roombridge/requests"
+)
 
 // The vocabulary that runtimes and the agent tools over MCP share with the
 // scheduler: a turn's input, what an agent reports during a turn
@@ -81,6 +85,9 @@ const (
 	EventTool            = "tool"             // {"type":"tool","phase":"start"|"end","name":"..."}
 	EventProgress        = "progress"         // {"type":"progress","percent":60,"text":"..."}
 	EventMessage         = "message"          // {"type":"message","text":"..."}
+	EventDelta           = "delta"            // {"type":"delta","text":"a chunk of the answer being written"}
+	EventThinking        = "thinking"         // {"type":"thinking","text":"what the agent is weighing"}
+	EventUsage           = "usage"            // {"type":"usage","usage":{"input_tokens":12,"output_tokens":96,"cost_usd":0.02}}
 	EventAskAgent        = "ask_agent"        // {"type":"ask_agent","id":"c1","agent":"reviewer","text":"..."}
 	EventBackgroundRun   = "background_run"   // {"type":"background_run","id":"c2","name":"tests","command":["go","test","./..."]}
 	EventRequestApproval = "request_approval" // {"type":"request_approval","id":"c3","action":"..."}
@@ -121,4 +128,6 @@ type TurnEvent struct {
 	Action string `json:"action,omitempty"`
 	// TaskID is the task task_status asks about.
 	TaskID string `json:"task_id,omitempty"`
+	// Usage is what the turn cost so far (usage; added up).
+	Usage *requests.Usage `json:"usage,omitempty"`
 }

@@ -64,6 +64,36 @@ type Sink interface {
 	Call(ctx context.Context, ev TurnEvent) Response
 }
 
+// LiveSink is a Sink that shows a turn's work as it happens: the answer
+// being written (Delta), what the agent thinks (Thinking). Runtimes call it
+// from their goroutine, in order with the Sink's other reports. Nothing of
+// it is durable: the answer is the final event, the text between tools a
+// message. The scheduler's sink is one.
+type LiveSink interface {
+	Sink
+	// Delta adds text to the answer being written.
+	Delta(ctx context.Context, text string)
+	// Thinking shows what the agent is weighing (the latest replaces the
+	// one before).
+	Thinking(ctx context.Context, text string)
+}
+
+// Live shows the turns' work in the requests' threads as it happens
+// (threads.Live): it coalesces deltas in memory, per request, and sends
+// them at each surface's pace. The scheduler's sink feeds it.
+type Live interface {
+	// Delta adds text to r's live answer.
+	Delta(r *requests.Request, text string)
+	// Thinking shows what r's agent is weighing.
+	Thinking(r *requests.Request, text string)
+	// Tool adds a step to r's tool timeline (phase start or end; failed
+	// when the turn failed in it).
+	Tool(r *requests.Request, phase, name string)
+	// Said tells that r's agent posted the text written so far as a
+	// message: the live answer starts anew.
+	Said(r *requests.Request)
+}
+
 // Outcome is how a turn ended.
 type Outcome struct {
 	// Final is the answer, when the agent gave one.
@@ -82,6 +112,9 @@ type Outcome struct {
 	// in the thread and the request stays running. Otherwise it is the
 	// answer.
 	YieldIfWaiting bool
+	// Usage is what the turn cost, as the agent reported it (zero: not
+	// reported); it is set whether or not the turn failed.
+	Usage requests.Usage
 }
 
 // Runtime runs one turn of an agent. A returned error means the turn failed;

@@ -68,6 +68,12 @@ type Scheduler struct {
 	// TurnFailed, TurnStopped, TurnInterrupted) and how long it took
 	// (metrics).
 	OnTurn func(agent, outcome string, took time.Duration)
+	// OnUsage, if set, is told what each turn that reported it cost
+	// (metrics).
+	OnUsage func(agent string, u requests.Usage)
+	// Live, if set, shows the turns' work as it happens (deltas, thinking,
+	// the tool timeline) in the requests' threads; it keeps them in memory.
+	Live Live
 }
 
 // NewScheduler returns a scheduler for agents. Set Approver and Delegator
@@ -298,12 +304,15 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 	}
 	revoke := s.issueTools(ctx, log, r.ID, &turn)
 	began := time.Now()
-	k := &sink{s: s, id: r.ID, cancel: cancelCh, key: requestKey(r), turn: num, resumed: resumed}
+	k := &sink{s: s, id: r.ID, r: r, cancel: cancelCh, key: requestKey(r), turn: num, resumed: resumed}
 	out, err := a.Runtime.Run(ctx, turn, k)
 	if errors.Is(err, ErrSessionLost) && turn.Session != "" {
 		out, err = s.continueLost(ctx, log, a, r, turn, k, err)
 	}
 	revoke() // the turn is over, however it ended: its token dies now
+	if !out.Usage.IsZero() {
+		s.recordUsage(context.WithoutCancel(ctx), log, r.ID, a.Name, out.Usage)
+	}
 	outcome := turnOutcome(ctx, out, err)
 	if s.OnTurn != nil {
 		s.OnTurn(a.Name, outcome, time.Since(began))
@@ -326,6 +335,24 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 		return s.finalOrWait(ctx, r, out.Final, j.input)
 	default:
 		return s.end(ctx, r.ID, requests.Finish, "", out.Final, j.input)
+	}
+}
+
+// recordUsage adds what a turn cost to its request (audited: the export
+// has each turn's), before the turn's end is recorded, so that the final
+// status shows it.
+func (s *Scheduler) recordUsage(ctx context.Context, log *slog.Logger, id requests.ID, agent string, u requests.Usage) {
+	if s.OnUsage != nil {
+		s.OnUsage(agent, u)
+	}
+	detail := fmt.Sprintf("input %d, output %d, cache read %d, cache write %d tokens; $%.4f",
+		u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens, u.CostUSD)
+	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
+		_, err := s.svc.UpdateTx(tx, id, actor, "usage", detail, func(r *requests.Request) { r.Usage = r.Usage.Add(u) })
+		return err
+	})
+	if err != nil {
+		log.WarnContext(ctx, "recording the turn's usage", "error", err)
 	}
 }
 
@@ -543,7 +570,8 @@ func orNone(s string) string {
 type sink struct {
 	s      *Scheduler
 	id     requests.ID
-	cancel <-chan struct{} // the turn's cancel
+	r      *requests.Request // as the turn began: where its thread is (Live)
+	cancel <-chan struct{}   // the turn's cancel
 	// key, turn and resumed make the calls' idempotency keys: the
 	// request's store key, the turn's number, and whether it repeats a cut
 	// turn.
@@ -564,6 +592,9 @@ func (k *sink) Session(ctx context.Context, id string) error {
 }
 
 func (k *sink) Tool(ctx context.Context, phase, name string) error {
+	if k.s.Live != nil {
+		k.s.Live.Tool(k.r, phase, name)
+	}
 	return k.update(ctx, "", "", func(r *requests.Request) {
 		if phase == PhaseStart {
 			r.Activity = name
@@ -585,13 +616,32 @@ func (k *sink) Progress(ctx context.Context, percent int, text string) error {
 }
 
 func (k *sink) Message(ctx context.Context, text string) error {
-	return k.s.svc.Store().Update(ctx, func(tx store.Tx) error {
+	err := k.s.svc.Store().Update(ctx, func(tx store.Tx) error {
 		r, err := k.s.svc.GetTx(tx, k.id)
 		if err != nil {
 			return err
 		}
 		return k.s.threads.Reply(tx, r, chat.Message{Kind: "reply", Text: text})
 	})
+	if err == nil && k.s.Live != nil {
+		k.s.Live.Said(k.r)
+	}
+	return err
+}
+
+// Delta implements LiveSink: in memory only (Scheduler.Live), never a
+// store write.
+func (k *sink) Delta(_ context.Context, text string) {
+	if k.s.Live != nil {
+		k.s.Live.Delta(k.r, text)
+	}
+}
+
+// Thinking implements LiveSink, like Delta.
+func (k *sink) Thinking(_ context.Context, text string) {
+	if k.s.Live != nil {
+		k.s.Live.Thinking(k.r, text)
+	}
 }
 
 // Call serves an agent's call through Scheduler.Call, with the call's

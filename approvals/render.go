@@ -37,7 +37,8 @@ func Card(a *Approval) chat.Message {
 	if a.State == Pending {
 		card.Buttons = []chat.Button{
 			{ActionID: string(Approve), Label: "Approve", Value: a.ID, Style: "primary"},
-			{ActionID: string(Deny), Label: "Deny", Value: a.ID, Style: "danger"},
+			{ActionID: string(Deny), Label: "Deny", Value: a.ID, Style: "danger",
+				Confirm: "Deny " + a.ID + "? The agent is told it was not approved."},
 		}
 	}
 	return chat.Message{

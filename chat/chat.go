@@ -40,6 +40,9 @@ type Button struct {
 	Label    string `json:"label"`
 	Value    string `json:"value"`
 	Style    string `json:"style,omitempty"` // "primary", "danger"
+	// Confirm, when set, is the question the clicker must confirm before
+	// the click counts (Slack's confirm object, Feishu's card confirm).
+	Confirm string `json:"confirm,omitempty"`
 }
 
 // Field is a label and value shown on a card.
@@ -74,6 +77,11 @@ type Message struct {
 	// IdempotencyKey is stable across redeliveries of the same effect; a
 	// platform that dedupes sends (Feishu's uuid) gets it.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Recipient is who a live message (Streamer.OpenStream) is written
+	// for: the asker, as the surface names them (without the prefix), ""
+	// when the asker is not of that surface. Slack streams in channels to
+	// one recipient.
+	Recipient string `json:"recipient,omitempty"`
 }
 
 // EventKind says what an inbound event is.

@@ -97,6 +97,7 @@ type Bridge struct {
 	del      *delegation.Service
 	router   *rooms.Router
 	sched    *agents.Scheduler
+	live     *threads.Live
 	deliver  *threads.Deliverer
 	sweeper  *ttl.Sweeper
 	tools    *mcptools.Server
@@ -244,6 +245,7 @@ func (b *Bridge) scheduler() error {
 	b.sched.Approver = b.appr
 	b.sched.Delegator = b.del
 	b.sched.OnTurn = b.met.Turn
+	b.sched.OnUsage = b.met.Usage
 	b.sched.Tasks = mcptools.Tasks{Requests: b.svc, Delegation: b.del} // task_status
 	b.tools = mcptools.New(mcptools.Options{Requests: b.svc, Calls: b.sched, Log: b.log})
 	b.sched.Tools = b.tools
@@ -265,6 +267,9 @@ func (b *Bridge) leaderJobs() {
 	}
 	b.deliver = threads.NewDeliverer(b.opts.Store, b.opts.Clock, b.log, conns...)
 	b.deliver.OnDelivered = b.met.Delivered
+	b.live = threads.NewLive(b.threads, b.opts.Store, b.opts.Clock, b.log, conns...)
+	b.deliver.Live = b.live
+	b.sched.Live = b.live
 	b.intake = []job{{"sweeper", b.sweeper.Run}}
 	for _, c := range b.opts.Connectors {
 		b.intake = append(b.intake, job{c.Surface(), func(ctx context.Context) error { return c.Run(ctx, b.router) }})
@@ -351,6 +356,12 @@ func (b *Bridge) work() leaderWork {
 			if err := b.del.Recover(ctx); err != nil {
 				return err
 			}
+			// Live messages are shown while turns run (and those left
+			// open by an earlier term are closed as interrupted first).
+			lctx, stopLive := context.WithCancel(ctx)
+			live := make(chan struct{})
+			go func() { defer close(live); _ = b.live.Run(lctx) }()
+			defer func() { stopLive(); <-live }()
 			return b.sched.Run(ctx)
 		},
 		deliver: b.deliver,
@@ -380,7 +391,8 @@ func runtimeFor(cfg *config.Config, name string, a config.Agent) (agents.Runtime
 	}
 	switch k := process.Kind(a.Kind); k {
 	case process.Exec, process.Claude, process.Codex:
-		return &process.Runtime{Kind: k, Command: a.Command, Workdir: workdir, Home: a.Home, TurnTimeout: a.TurnTimeout, HideEnv: cfg.SecretEnv}, nil
+		return &process.Runtime{Kind: k, Command: a.Command, Workdir: workdir, Home: a.Home, TurnTimeout: a.TurnTimeout, HideEnv: cfg.SecretEnv,
+			Stream: true}, nil
 	}
 	return nil, fmt.Errorf("agents.%s.kind: unknown kind %q (want exec, claude or codex)", name, a.Kind)
 }

@@ -71,6 +71,8 @@ type Metrics struct {
 	inbound         *prometheus.CounterVec
 	duplicates      *prometheus.CounterVec
 	turns           *prometheus.CounterVec
+	tokens          *prometheus.CounterVec
+	cost            *prometheus.CounterVec
 	turnDuration    *prometheus.HistogramVec
 	isLeader        prometheus.Gauge
 	leaderChanges   prometheus.Counter
@@ -130,6 +132,14 @@ func New(ctx context.Context, o Options) (*Metrics, error) {
 			Help:    "How long agent turns took, by agent.",
 			Buckets: prometheus.ExponentialBuckets(0.1, 3, 10), // 100 ms … 33 min
 		}, []string{"agent"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "agent_tokens_total",
+			Help: "Tokens the agents' turns used, as the models reported them, by agent and type: input, output, cache_read, cache_write.",
+		}, []string{"agent", "type"}),
+		cost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "agent_cost_dollars_total",
+			Help: "What the agents' turns cost in dollars, as the models reported it, by agent.",
+		}, []string{"agent"}),
 		isLeader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "is_leader",
 			Help: "1 while this instance does the leader's work, else 0.",
@@ -141,7 +151,7 @@ func New(ctx context.Context, o Options) (*Metrics, error) {
 	}
 	m.store = newStoreCollector(o.Requests, o.Agents, o.Surfaces, cursor, log)
 	m.reg.MustRegister(m.store, m.sweepDuration, m.sweepItems, m.deliveryLatency, m.apiErrors, m.rateLimited,
-		m.inbound, m.duplicates, m.turns, m.turnDuration, m.isLeader, m.leaderChanges)
+		m.inbound, m.duplicates, m.turns, m.turnDuration, m.tokens, m.cost, m.isLeader, m.leaderChanges)
 	if !o.NoRuntime {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -206,6 +216,19 @@ func (m *Metrics) Inbound(surface string, kind chat.EventKind, duplicate bool) {
 func (m *Metrics) Turn(agent, outcome string, took time.Duration) {
 	m.turns.WithLabelValues(agent, outcome).Inc()
 	m.turnDuration.WithLabelValues(agent).Observe(took.Seconds())
+}
+
+// Usage records what an agent's turn cost (agents.Scheduler.OnUsage).
+func (m *Metrics) Usage(agent string, u requests.Usage) {
+	for typ, n := range map[string]int64{"input": u.InputTokens, "output": u.OutputTokens,
+		"cache_read": u.CacheReadTokens, "cache_write": u.CacheWriteTokens} {
+		if n > 0 {
+			m.tokens.WithLabelValues(agent, typ).Add(float64(n))
+		}
+	}
+	if u.CostUSD > 0 {
+		m.cost.WithLabelValues(agent).Add(u.CostUSD)
+	}
 }
 
 // Leading wraps the leader's work: while it runs this instance is the

@@ -329,3 +329,18 @@ func TestHooks(t *testing.T) {
 		t.Error("turn outcomes of configured agents start at zero")
 	}
 }
+
+// TestUsage: what agents' turns cost adds up per agent: tokens by type,
+// dollars.
+func TestUsage(t *testing.T) {
+	m := open(t, filepath.Join(t.TempDir(), "bridge.db"), true).m
+	m.Usage("coder", requests.Usage{Turns: 1, InputTokens: 12, OutputTokens: 96, CacheReadTokens: 100, CostUSD: 0.02})
+	m.Usage("coder", requests.Usage{Turns: 1, InputTokens: 8, CacheWriteTokens: 50, CostUSD: 0.01})
+	expect(t, scrape(t, m), map[string]float64{
+		"roombridge_agent_tokens_total{agent=coder,type=input}":       20,
+		"roombridge_agent_tokens_total{agent=coder,type=output}":      96,
+		"roombridge_agent_tokens_total{agent=coder,type=cache_read}":  100,
+		"roombridge_agent_tokens_total{agent=coder,type=cache_write}": 50,
+		"roombridge_agent_cost_dollars_total{agent=coder}":            0.03,
+	})
+}

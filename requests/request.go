@@ -38,4 +38,6 @@ type Request struct {
 	Updated   time.Time `json:"updated"`
 	StartedAt time.Time `json:"started_at,omitzero"`
 	EndedAt   time.Time `json:"ended_at,omitzero"`
+	// Usage sums what the request's turns cost (tokens, dollars).
+	Usage Usage `json:"usage,omitzero"`
 }

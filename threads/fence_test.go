@@ -28,6 +28,7 @@ import (
 var abilities = []reflect.Type{
 	reflect.TypeFor[chat.DirectMessenger](),
 	reflect.TypeFor[chat.Finder](),
+	reflect.TypeFor[chat.Streamer](),
 }
 
 // has names the abilities c has.
@@ -102,7 +103,7 @@ func TestFencedKeepsAbilities(t *testing.T) {
 	}
 	co := console.New(strings.NewReader(""), io.Discard, "room", "you")
 	claim := func(context.Context) error { return nil }
-	want := map[string][]string{chat.Slack: {"DirectMessenger", "Finder"}, chat.Feishu: {"DirectMessenger"}, chat.Console: {"DirectMessenger"}}
+	want := map[string][]string{chat.Slack: {"DirectMessenger", "Finder", "Streamer"}, chat.Feishu: {"DirectMessenger", "Streamer"}, chat.Console: {"DirectMessenger", "Streamer"}}
 	for _, raw := range []chat.Connector{sl, fs, co} {
 		s := raw.Surface()
 		if got := has(raw); !slices.Equal(got, want[s]) {

@@ -54,6 +54,9 @@ type Deliverer struct {
 	// OnDelivered, if set, is told of each effect delivered: its surface
 	// and the time since it was enqueued (metrics). Set it before Run.
 	OnDelivered func(surface string, latency time.Duration)
+	// Live, if set, closes a request's live message with its outcome (the
+	// final answer lands in it instead of a new reply). Set it before Run.
+	Live *Live
 }
 
 // NewDeliverer returns a Deliverer for the given connectors. A Fenced
@@ -430,14 +433,17 @@ func (d *Deliverer) send(ctx context.Context, conn chat.Connector, e Effect, fin
 			}
 			return nil, err
 		}
-		mref, found, err := find(chat.Lookup{Thread: &tref})
-		if err == nil && !found {
-			mref, err = conn.Reply(ctx, tref, e.Message)
+		var forget func(store.Tx) error
+		if e.Message.Kind == "final" && d.Live != nil {
+			// The outcome closes the live message(s): it lands in the one
+			// this process streams, else it is posted.
+			var found bool
+			var err error
+			if _, found, forget, err = d.Live.Finish(ctx, e.Surface, e.Request, e.Message); err != nil || found {
+				return forget, err
+			}
 		}
-		if err != nil || e.Save == "" {
-			return nil, err
-		}
-		return func(tx store.Tx) error { return saveMessageRef(tx, e.Surface, e.Save, mref) }, nil
+		return d.reply(ctx, conn, e, tref, find, forget)
 	case OpUpdate:
 		var mref chat.MessageRef
 		if err := d.store.View(ctx, func(tx store.Tx) error {
@@ -466,6 +472,29 @@ func (d *Deliverer) send(ctx context.Context, conn chat.Connector, e Effect, fin
 		return func(tx store.Tx) error { return saveMessageRef(tx, e.Surface, e.Save, mref) }, nil
 	}
 	return nil, fmt.Errorf("%w: unknown op %q", chat.ErrPermanent, e.Op)
+}
+
+// reply posts effect e in thread tref (unless find finds it posted) and
+// returns what to record with its ack, with also (if set).
+func (d *Deliverer) reply(ctx context.Context, conn chat.Connector, e Effect, tref chat.ThreadRef, find findFunc, also func(store.Tx) error) (func(store.Tx) error, error) {
+	mref, found, err := find(chat.Lookup{Thread: &tref})
+	if err == nil && !found {
+		mref, err = conn.Reply(ctx, tref, e.Message)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return func(tx store.Tx) error {
+		if also != nil {
+			if err := also(tx); err != nil {
+				return err
+			}
+		}
+		if e.Save == "" {
+			return nil
+		}
+		return saveMessageRef(tx, e.Surface, e.Save, mref)
+	}, nil
 }
 
 // drop removes an effect that can never be delivered, with an audit record.

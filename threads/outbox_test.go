@@ -74,7 +74,7 @@ type fixture struct {
 	d   *threads.Deliverer
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	db, err := bolt.Open(filepath.Join(t.TempDir(), "b.db"))
 	if err != nil {
@@ -90,7 +90,7 @@ func newFixture(t *testing.T) *fixture {
 	return &fixture{db: db, svc: svc, th: th, clk: clk, p: p, d: threads.NewDeliverer(db, clk, log, p)}
 }
 
-func (f *fixture) create(t *testing.T) *requests.Request {
+func (f *fixture) create(t testing.TB) *requests.Request {
 	t.Helper()
 	r, err := f.svc.Create(context.Background(), requests.Ask{Agent: "coder", Room: "main", Surface: chat.Console, User: "console:alice", Text: "hi"})
 	if err != nil {
@@ -99,7 +99,7 @@ func (f *fixture) create(t *testing.T) *requests.Request {
 	return r
 }
 
-func (f *fixture) pending(t *testing.T) int {
+func (f *fixture) pending(t testing.TB) int {
 	t.Helper()
 	var n int
 	_ = f.db.View(context.Background(), func(tx store.Tx) error {

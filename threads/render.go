@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/requests"
@@ -62,7 +63,14 @@ func StatusLine(r *requests.Request, waiting string) string {
 		}
 		return strings.Join(parts, " · ")
 	case requests.Done:
-		return "done"
+		if r.Usage.IsZero() {
+			return "done"
+		}
+		var took time.Duration
+		if !r.StartedAt.IsZero() && r.EndedAt.After(r.StartedAt) {
+			took = r.EndedAt.Sub(r.StartedAt)
+		}
+		return "done · " + r.Usage.Line(took)
 	case requests.Failed, requests.Cancelled, requests.Expired:
 		if r.Reason != "" {
 			return r.State.String() + ": " + r.Reason

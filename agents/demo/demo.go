@@ -6,6 +6,8 @@
 //
 //	echo TEXT          the final answer is TEXT
 //	say TEXT           post TEXT to the thread
+//	stream DUR TEXT    write TEXT as deltas (a word each) spread over DUR; TEXT
+//	                   is the final answer unless a later echo gives another
 //	progress N [T]     report N% (and what it is doing)
 //	tool NAME DUR      run a tool NAME for DUR (a safe point follows its end);
 //	                   DUR may instead be a file path: the tool runs until it exists
@@ -49,6 +51,7 @@ import (
 
 	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/agents/process"
+	"github.com/roombridge/roombridge/internal/clip"
 )
 
 // awaitLimit bounds an await directive, so a broken test never leaves an
@@ -237,6 +240,8 @@ func (a *agent) run() int {
 		switch verb {
 		case "echo":
 			final = arg
+		case "stream":
+			final = a.stream(arg)
 		case "say":
 			a.emit(agents.TurnEvent{Type: agents.EventMessage, Text: arg})
 			a.done = append(a.done, "said "+arg)
@@ -357,4 +362,30 @@ func (a *agent) run() int {
 		time.Sleep(linger)
 	}
 	return 0
+}
+
+// stream writes "DUR TEXT"'s TEXT as delta events, a word (and the space
+// before it) each, spread evenly over DUR, and returns TEXT. A cancel ends
+// the wait between words (the rest is written at once).
+func (a *agent) stream(arg string) string {
+	dur, text, _ := strings.Cut(arg, " ")
+	d, _ := time.ParseDuration(dur)
+	var words []string
+	for i, w := range strings.SplitAfter(text, " ") {
+		if w != "" || i == 0 {
+			words = append(words, w)
+		}
+	}
+	gap := d / time.Duration(max(len(words), 1))
+	for _, w := range words {
+		a.emit(agents.TurnEvent{Type: agents.EventDelta, Text: w})
+		if gap > 0 && !a.cancelled() {
+			select {
+			case <-time.After(gap):
+			case <-a.cancel:
+			}
+		}
+	}
+	a.done = append(a.done, "streamed "+clip.Line(text, 40, clip.Runes))
+	return text
 }

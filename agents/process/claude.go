@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/requests"
 )
 
 // ApprovalPromptTool is the MCP tool of the bridge that answers Claude
@@ -26,6 +27,10 @@ const mcpToolTimeout = "86400000"
 func (r *Runtime) claudeArgs(t agents.Turn, mcpConfig string) []string {
 	bin, extra := splitCommand(r.Command, "claude")
 	args := []string{bin, "-p", Prompt(t), "--output-format", "stream-json", "--verbose"}
+	if r.Stream {
+		// stream_event lines: the answer's text deltas (shown live).
+		args = append(args, "--include-partial-messages")
+	}
 	if t.Session != "" {
 		// The = form: --resume takes an optional value, so a value starting
 		// with a dash would otherwise be read as a flag.
@@ -67,7 +72,7 @@ func (r *Runtime) claudeLaunch(t agents.Turn) (launch, error) {
 	if err != nil {
 		return launch{}, fmt.Errorf("home: %w", err)
 	}
-	l := launch{env: slices.Concat(home, r.Env), dec: &claudeDecoder{session: t.Session, agent: t.Agent, home: r.Home}}
+	l := launch{env: slices.Concat(home, r.Env), dec: &claudeDecoder{session: t.Session, agent: t.Agent, home: r.Home, live: r.Stream}}
 	config := ""
 	if t.MCPURL != "" && t.MCPToken != "" {
 		dir, err := os.MkdirTemp("", "roombridge-mcp-")
@@ -137,11 +142,32 @@ type claudeLine struct {
 	Denials         []claudeDenial  `json:"permission_denials"`
 	MCPServers      []claudeMCPStat `json:"mcp_servers"`
 	// system/init and system/api_retry (trouble.go).
-	APIKeySource   string `json:"apiKeySource"`
-	Attempt        int    `json:"attempt"`
-	MaxRetries     int    `json:"max_retries"`
-	ErrorStatus    *int   `json:"error_status"`
-	APIErrorStatus *int   `json:"api_error_status"`
+	APIKeySource   string        `json:"apiKeySource"`
+	Attempt        int           `json:"attempt"`
+	MaxRetries     int           `json:"max_retries"`
+	ErrorStatus    *int          `json:"error_status"`
+	APIErrorStatus *int          `json:"api_error_status"`
+	Event          *claudeStream `json:"event"`
+	Usage          *claudeUsage  `json:"usage"`
+	CostUSD        float64       `json:"total_cost_usd"`
+}
+
+// claudeStream is the event of a stream_event line (the Messages API's
+// streaming event): only its text deltas are read.
+type claudeStream struct {
+	Type  string `json:"type"`
+	Delta struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	} `json:"delta"`
+}
+
+// claudeUsage is the result event's token count.
+type claudeUsage struct {
+	Input      int64 `json:"input_tokens"`
+	Output     int64 `json:"output_tokens"`
+	CacheWrite int64 `json:"cache_creation_input_tokens"`
+	CacheRead  int64 `json:"cache_read_input_tokens"`
 }
 
 type claudeMessage struct {
@@ -174,7 +200,15 @@ type claudeDecoder struct {
 	keySource string
 	tools     map[string]string // open tool_use id → name
 	lastText  string
+	// live (Runtime.Stream): said, the assistant text not yet followed by
+	// a tool, is posted as a message when a tool starts (the text between
+	// tools); without it that text is only kept for the partial result.
+	live bool
+	said string
+	cost requests.Usage // from the result event
 }
+
+func (d *claudeDecoder) usage() requests.Usage { return d.cost }
 
 func (d *claudeDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 	if line[0] != '{' {
@@ -194,6 +228,12 @@ func (d *claudeDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 		return evs, nil // a sub-agent's step, inside a running Task tool
 	}
 	switch l.Type {
+	case "stream_event":
+		if e := l.Event; e != nil && e.Type == "content_block_delta" {
+			if e.Delta.Type == "text_delta" && e.Delta.Text != "" {
+				evs = append(evs, agents.TurnEvent{Type: agents.EventDelta, Text: e.Delta.Text})
+			}
+		}
 	case "system":
 		if l.Subtype == "api_retry" {
 			return append(evs, d.claudeRetry(&l)), nil
@@ -212,8 +252,15 @@ func (d *claudeDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 			case "text":
 				if strings.TrimSpace(b.Text) != "" {
 					d.lastText = b.Text
+					if d.live {
+						d.said += b.Text
+					}
 				}
 			case "tool_use":
+				if d.said != "" {
+					evs = append(evs, agents.TurnEvent{Type: agents.EventMessage, Text: d.said})
+					d.said = ""
+				}
 				if d.tools == nil {
 					d.tools = map[string]string{}
 				}
@@ -229,6 +276,10 @@ func (d *claudeDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 			}
 		}
 	case "result":
+		if u := l.Usage; u != nil {
+			d.cost = requests.Usage{InputTokens: u.Input, OutputTokens: u.Output, CacheReadTokens: u.CacheRead,
+				CacheWriteTokens: u.CacheWrite, CostUSD: l.CostUSD}
+		}
 		if len(l.Denials) > 0 {
 			var names []string
 			for _, dn := range l.Denials {

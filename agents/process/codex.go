@@ -9,6 +9,7 @@ import (
 
 	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/internal/clip"
+	"github.com/roombridge/roombridge/requests"
 )
 
 // codexArgs is the command line of turn t.
@@ -60,7 +61,7 @@ func (r *Runtime) codexLaunch(t agents.Turn) (launch, error) {
 		return launch{}, fmt.Errorf("home: %w", err)
 	}
 	return launch{argv: r.codexArgs(t), env: slices.Concat(home, r.Env, mcpEnv(t)),
-		dec: &codexDecoder{session: t.Session, agent: t.Agent, home: r.Home}}, nil
+		dec: &codexDecoder{session: t.Session, agent: t.Agent, home: r.Home, live: r.Stream}}, nil
 }
 
 // tomlString quotes s as a TOML basic string (codex parses -c values as
@@ -70,7 +71,12 @@ func tomlString(s string) string {
 }
 
 type codexLine struct {
-	Type     string     `json:"type"`
+	Type  string `json:"type"`
+	Usage *struct {
+		Input  int64 `json:"input_tokens"`
+		Cached int64 `json:"cached_input_tokens"`
+		Output int64 `json:"output_tokens"`
+	} `json:"usage"`
 	ThreadID string     `json:"thread_id"`
 	Item     *codexItem `json:"item"`
 	Message  string     `json:"message"`
@@ -111,7 +117,15 @@ type codexDecoder struct {
 	open      map[string]string // started tool item id → name
 	lastText  string
 	lastError string
+	// live (Runtime.Stream): said, the agent message not yet followed by
+	// a tool, is posted as a message when a tool starts (the text between
+	// tools); without it only the last message counts, as the answer.
+	live bool
+	said string
+	cost requests.Usage // from turn.completed
 }
+
+func (d *codexDecoder) usage() requests.Usage { return d.cost }
 
 func (d *codexDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 	if line[0] != '{' {
@@ -148,7 +162,12 @@ func (d *codexDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 			}
 			if _, dup := d.open[it.ID]; !dup {
 				d.open[it.ID] = name
-				return []agents.TurnEvent{{Type: agents.EventTool, Phase: agents.PhaseStart, Name: name}}, nil
+				var evs []agents.TurnEvent
+				if d.said != "" {
+					evs = append(evs, agents.TurnEvent{Type: agents.EventMessage, Text: d.said})
+					d.said = ""
+				}
+				return append(evs, agents.TurnEvent{Type: agents.EventTool, Phase: agents.PhaseStart, Name: name}), nil
 			}
 		}
 	case "item.completed":
@@ -158,6 +177,9 @@ func (d *codexDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 		}
 		if it.Type == "agent_message" && it.Text != "" {
 			d.lastText = it.Text
+			if d.live {
+				d.said = it.Text
+			}
 		}
 		if name, ok := d.open[it.ID]; ok {
 			delete(d.open, it.ID)
@@ -174,6 +196,10 @@ func (d *codexDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 		d.lastError = l.Message
 		return d.codexError(l.Message), nil
 	case "turn.completed":
+		if u := l.Usage; u != nil {
+			// input_tokens counts the cached ones too.
+			d.cost = requests.Usage{InputTokens: u.Input - u.Cached, CacheReadTokens: u.Cached, OutputTokens: u.Output}
+		}
 		return []agents.TurnEvent{{Type: agents.EventFinal, Text: d.lastText}}, nil
 	case "turn.failed":
 		msg := ""

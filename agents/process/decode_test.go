@@ -220,3 +220,55 @@ func eventEqual(a, b agents.TurnEvent) bool {
 	return a.Type == b.Type && a.ID == b.ID && a.Phase == b.Phase && a.Name == b.Name && a.Percent == b.Percent &&
 		a.Text == b.Text && a.Message == b.Message && a.Reason == b.Reason
 }
+
+// TestClaudeDecoderLive: with Runtime.Stream (--include-partial-messages),
+// stream_event text deltas are deltas, and the text written before a tool
+// is a message in the thread, not dropped.
+func TestClaudeDecoderLive(t *testing.T) {
+	got := decodeFixture(t, &claudeDecoder{live: true}, "claude/partial.jsonl")
+	want := []agents.TurnEvent{
+		{Type: agents.EventSession, ID: "5d1f0c2e-9b1a-4a57-8f0e-2c7d8e6b9a10"},
+		{Type: agents.EventDelta, Text: "Running the "},
+		{Type: agents.EventDelta, Text: "tests first."},
+		{Type: agents.EventMessage, Text: "Running the tests first."},
+		{Type: agents.EventTool, Phase: agents.PhaseStart, Name: "Bash"},
+		{Type: agents.EventTool, Phase: agents.PhaseEnd, Name: "Bash"},
+		{Type: agents.EventDelta, Text: "All tests "},
+		{Type: agents.EventDelta, Text: "pass."},
+		{Type: agents.EventFinal, Text: "All tests pass."},
+	}
+	if !slices.EqualFunc(got, want, eventEqual) {
+		t.Errorf("\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// TestCodexDecoderLive: with Runtime.Stream, an agent message followed by a
+// tool is a message in the thread; the last one stays the answer.
+func TestCodexDecoderLive(t *testing.T) {
+	d := &codexDecoder{live: true}
+	var got []agents.TurnEvent
+	for _, line := range []string{
+		`{"type":"thread.started","thread_id":"th1"}`,
+		`{"type":"item.completed","item":{"id":"item_0","type":"agent_message","text":"Checking the build."}}`,
+		`{"type":"item.started","item":{"id":"item_1","type":"command_execution","command":"go build ./...","status":"in_progress"}}`,
+		`{"type":"item.completed","item":{"id":"item_1","type":"command_execution","command":"go build ./...","status":"completed"}}`,
+		`{"type":"item.completed","item":{"id":"item_2","type":"agent_message","text":"It builds."}}`,
+		`{"type":"turn.completed","usage":{"input_tokens":10,"cached_input_tokens":4,"output_tokens":3}}`,
+	} {
+		evs, err := d.decode([]byte(line))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, evs...)
+	}
+	want := []agents.TurnEvent{
+		{Type: agents.EventSession, ID: "th1"},
+		{Type: agents.EventMessage, Text: "Checking the build."},
+		{Type: agents.EventTool, Phase: agents.PhaseStart, Name: "shell: go build ./..."},
+		{Type: agents.EventTool, Phase: agents.PhaseEnd, Name: "shell: go build ./..."},
+		{Type: agents.EventFinal, Text: "It builds."},
+	}
+	if !slices.EqualFunc(got, want, eventEqual) {
+		t.Errorf("\n got %+v\nwant %+v", got, want)
+	}
+}

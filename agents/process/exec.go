@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/requests"
 )
 
 // execLaunch starts an Exec agent: Command as it is, speaking the JSON-lines
@@ -33,6 +34,10 @@ func (execDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 }
 
 func (execDecoder) partial() string { return "" }
+
+// usage: an exec agent reports its own (usage events, added up by the
+// driver).
+func (execDecoder) usage() requests.Usage { return requests.Usage{} }
 
 // mcpEnv is the environment that hands a turn's MCP access to the agent
 // process (none without it).

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/requests"
 )
 
 // Limits of the agent runtimes.
@@ -43,6 +44,8 @@ type decoder interface {
 	decode(line []byte) ([]agents.TurnEvent, error)
 	// partial is what the agent said so far, for an incomplete result.
 	partial() string
+	// usage is what the turn cost, as the CLI reported it (zero: nothing).
+	usage() requests.Usage
 }
 
 // process is one agent process serving one turn. The exec, claude and codex
@@ -140,7 +143,8 @@ type driver struct {
 	ended      bool
 	out        agents.Outcome
 	failure    error
-	ran        []string // tools that ended, in order
+	ran        []string       // tools that ended, in order
+	usage      requests.Usage // reported by usage events
 
 	stage  int // next of stopSignals to send
 	timer  *time.Timer
@@ -238,7 +242,16 @@ func (d *driver) loop(ctx context.Context, t agents.Turn, out *os.File) (agents.
 	}
 	stopCalls()
 	d.calls.Wait()
+	res, err := d.outcome(ctx, waitErr)
+	res.Usage = d.usage.Add(d.p.dec.usage())
+	if !res.Usage.IsZero() {
+		res.Usage.Turns = 1
+	}
+	return res, err
+}
 
+// outcome judges how the turn ended, once the process is gone.
+func (d *driver) outcome(ctx context.Context, waitErr error) (agents.Outcome, error) {
 	switch {
 	case d.failure != nil:
 		return agents.Outcome{}, d.reason(d.failure)
@@ -346,6 +359,17 @@ func (d *driver) handle(ctx context.Context, ev agents.TurnEvent) {
 			break
 		}
 		err = d.status(ctx, ev.Text)
+	case agents.EventUsage:
+		if ev.Usage != nil {
+			d.usage = d.usage.Add(*ev.Usage)
+		}
+	case agents.EventDelta, agents.EventThinking:
+		// Shown live where the sink can; never stored one by one.
+		if ls, ok := d.sink.(agents.LiveSink); ok && ev.Type == agents.EventDelta {
+			ls.Delta(ctx, ev.Text)
+		} else if ok {
+			ls.Thinking(ctx, ev.Text)
+		}
 	case agents.EventAskAgent, agents.EventBackgroundRun, agents.EventRequestApproval, agents.EventTaskStatus, agents.EventAskUser:
 		err = d.call(ev)
 	case agents.EventFinal:

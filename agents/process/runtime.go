@@ -52,6 +52,9 @@ type Runtime struct {
 	TurnTimeout time.Duration
 	// MaxLine bounds one output line (default MaxLine).
 	MaxLine int
+	// Stream asks a CLI for its answer as it is written (Claude:
+	// --include-partial-messages), shown live in the thread as deltas.
+	Stream bool
 }
 
 var _ agents.Runtime = (*Runtime)(nil)

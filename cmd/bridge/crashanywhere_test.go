@@ -52,9 +52,10 @@ const (
 	crashRetry                           // an owner's ask that fails, retried through the API
 	crashDelegate                        // A asks B; B starts a background task and yields; its end wakes B; B's answer wakes A
 	crashDelegateCancel                  // the same, A cancelled while B waits on its task (B and the task stop), then A retried
+	crashStream                          // an owner's ask whose answer is streamed over 4 s (a live message, often killed mid-stream)
 )
 
-var crashKindNames = [...]string{"owner", "approve", "deny", "expire", "cancel", "retry", "delegate", "delegate+cancel+retry"}
+var crashKindNames = [...]string{"owner", "approve", "deny", "expire", "cancel", "retry", "delegate", "delegate+cancel+retry", "stream"}
 
 func (k crashKind) String() string { return crashKindNames[k] }
 
@@ -76,14 +77,16 @@ type crashJob struct {
 
 // crashRun is the state of one TestCrashAnywhere run.
 type crashRun struct {
-	t        *testing.T
-	rng      *rand.Rand
-	fake     *slacktest.Server
-	data     string
-	agentLog string
-	jobs     []*crashJob
-	base     string
-	tok      string
+	// interrupted counts the live messages a restart closed (checkStreamed).
+	interrupted int
+	t           *testing.T
+	rng         *rand.Rand
+	fake        *slacktest.Server
+	data        string
+	agentLog    string
+	jobs        []*crashJob
+	base        string
+	tok         string
 
 	// Figures, logged at the end.
 	sent, resent, lostAfterAck, clicks, cancels, retries int
@@ -223,6 +226,7 @@ func TestCrashAnywhere(t *testing.T) {
 	}
 	n := c.checkStore("at the end")
 	c.checkEnd()
+	t.Logf("live messages closed as interrupted by a restart: %d", c.interrupted)
 	t.Logf("%d kills (failpoints fired: %v), %d jobs, %d requests; events sent %d, re-sent %d (Slack's retries), "+
 		"acknowledged but lost by a kill %d; clicks %d, cancels %d, retries %d; settled %v after the last start; %v in all",
 		kills, fired, len(c.jobs), n, c.sent, c.resent, c.lostAfterAck, c.clicks, c.cancels, c.retries,
@@ -256,7 +260,7 @@ agents:
 // over the first two thirds of the lives.
 func (c *crashRun) workload(rounds, lives int, dir, bg, gated string) []*crashJob {
 	kinds := []crashKind{crashOwner, crashOwner, crashOwner, crashOwner, crashApprove, crashApprove, crashDeny,
-		crashExpire, crashCancel, crashRetry, crashDelegate, crashDelegate, crashDelegateCancel}
+		crashExpire, crashCancel, crashRetry, crashDelegate, crashDelegate, crashDelegateCancel, crashStream, crashStream}
 	var jobs []*crashJob
 	for range rounds {
 		for _, k := range kinds {
@@ -280,6 +284,8 @@ func (c *crashRun) workload(rounds, lives int, dir, bg, gated string) []*crashJo
 			j.ask = fmt.Sprintf("say %s; sleep 60s; echo %s-never", j.tag, j.tag)
 		case crashRetry:
 			j.ask = fmt.Sprintf("fail %s-boom", j.tag)
+		case crashStream:
+			j.ask = fmt.Sprintf("stream 4s %s; tool t%s 150ms", streamedAnswer(j.tag), j.tag)
 		case crashDelegate:
 			j.ask = fmt.Sprintf("ask reviewer background %s sh %s %s| yield on %s", j.tag, bg, j.tag, j.tag)
 		case crashDelegateCancel:
@@ -644,6 +650,9 @@ func (c *crashRun) checkEnd() {
 		case crashDelegate:
 			want(j, root, requests.Done, "A's request")
 			delegated(j, root, requests.Done)
+		case crashStream:
+			want(j, root, requests.Done, "the request")
+			c.checkStreamed(j, root)
 		}
 	}
 	for _, r := range all {
@@ -697,6 +706,46 @@ func (c *crashRun) checkEnd() {
 			t.Errorf("task %s (%s of %s, %s: %s): its result reached no turn of %s (%s: %s) and is not recorded as undelivered; its audit:\n%sits agent's log:\n%s",
 				tk.ID, tk.Name, tk.Request, tk.State, tk.Reason, r.ID, r.State, r.Reason, auditText(t, st, r.ID), strings.Join(lines, ""))
 		}
+	}
+}
+
+// streamedAnswer is the answer a stream job's agent writes word by word.
+func streamedAnswer(tag string) string {
+	return fmt.Sprintf("%[1]s-a %[1]s-b %[1]s-c %[1]s-d %[1]s-e %[1]s-f %[1]s-g %[1]s-h", tag)
+}
+
+// checkStreamed checks a stream job's thread in the fake Slack: its answer
+// is the stored one and is shown exactly once (the live message the last
+// turn streamed, or a reply), and every live message is closed: the one
+// of a turn cut by a kill as interrupted.
+func (c *crashRun) checkStreamed(j *crashJob, r *requests.Request) {
+	t := c.t
+	t.Helper()
+	answer := streamedAnswer(j.tag)
+	if r.Result != answer {
+		t.Errorf("%s (stream): %s answered %q, want %q", j.tag, r.ID, r.Result, answer)
+	}
+	shown := 0
+	for _, m := range c.fake.Messages() {
+		if m.User != slacktest.BotUserID || m.ThreadTS == "" || !strings.Contains(m.Text, j.tag+"-a") &&
+			!strings.Contains(m.Text, "interrupted") {
+			continue
+		}
+		if parent, ok := c.fake.Message(m.Channel, m.ThreadTS); !ok || !strings.HasPrefix(parent.Text, r.ID.String()+" · ") {
+			continue
+		}
+		if m.Streaming {
+			t.Errorf("%s (stream): live message %s of %s was never closed (text %q)", j.tag, m.TS, r.ID, m.Text)
+		}
+		if m.Text == answer {
+			shown++
+		}
+		if strings.HasPrefix(m.Text, "(interrupted") {
+			c.interrupted++
+		}
+	}
+	if shown != 1 {
+		t.Errorf("%s (stream): the answer of %s is shown %d times in its thread, want once", j.tag, r.ID, shown)
 	}
 }
 

@@ -24,6 +24,7 @@ type Connector struct {
 	self   string            // who started the console; "/as" alone comes back to them
 	status map[string]string // last status printed per message
 	seq    int
+	live   bool // a live line (live.go) is open: the next line ends it
 }
 
 var _ chat.DirectMessenger = (*Connector)(nil)
@@ -45,6 +46,7 @@ func (c *Connector) Surface() string { return chat.Console }
 func (c *Connector) printf(format string, args ...any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.endLive()
 	fmt.Fprintf(c.out, format+"\n", args...)
 }
 
@@ -176,6 +178,7 @@ func (c *Connector) printStatus(ref chat.MessageRef, m chat.Message) {
 		clear(c.status) // a long run must not keep one entry per message ever shown
 	}
 	c.status[ref.ID] = status
+	c.endLive()
 	fmt.Fprintf(c.out, "   %s | status: %s\n", m.Request, status)
 }
 

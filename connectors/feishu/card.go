@@ -77,7 +77,15 @@ type button struct {
 	ElementID string     `json:"element_id"`
 	Text      plainText  `json:"text"`
 	Type      string     `json:"type"`
+	Confirm   *confirm   `json:"confirm,omitempty"`
 	Behaviors []behavior `json:"behaviors"`
+}
+
+// confirm is a button's confirmation dialog (card JSON 2.0): the click
+// counts once the clicker confirms.
+type confirm struct {
+	Title plainText `json:"title"`
+	Text  plainText `json:"text"`
 }
 
 type behavior struct {
@@ -117,7 +125,7 @@ func renderCard(m chat.Message) card {
 	if len(cc.Buttons) > 0 {
 		set := columnSet{Tag: "column_set", FlexMode: "none"}
 		for i, b := range cc.Buttons {
-			set.Columns = append(set.Columns, column{Tag: "column", Width: "auto", Elements: []any{button{
+			btn := button{
 				Tag:       "button",
 				ElementID: elementID(i, b.ActionID),
 				Text:      text(b.Label),
@@ -125,7 +133,11 @@ func renderCard(m chat.Message) card {
 				Behaviors: []behavior{{Type: "callback", Value: map[string]string{
 					valueBlock: cc.BlockID, valueAction: b.ActionID, valueValue: b.Value,
 				}}},
-			}}})
+			}
+			if b.Confirm != "" {
+				btn.Confirm = &confirm{Title: text(b.Label + "?"), Text: text(clip.Text(b.Confirm, maxFieldText, clip.Runes))}
+			}
+			set.Columns = append(set.Columns, column{Tag: "column", Width: "auto", Elements: []any{btn}})
 		}
 		c.Body.Elements = append(c.Body.Elements, set)
 	}

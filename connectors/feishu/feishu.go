@@ -123,6 +123,7 @@ type Connector struct {
 	perChat *ratelimit.Spacer // sends into one chat; key: chat ID or "user:<open_id>"
 	perMsg  *ratelimit.Spacer // PATCHes of one message; key: message ID
 	perAPI  *ratelimit.Keyed  // app-wide budget of each API; key: API name
+	live    *liveCards        // live messages (stream.go)
 
 	botMu    sync.Mutex
 	botID    string
@@ -194,6 +195,7 @@ func New(o Options) (*Connector, error) {
 		perMsg:  ratelimit.NewSpacer(max(spacing(o.Limits.PerMessage), o.EditEvery)),
 		perAPI:  ratelimit.NewKeyed(pace(o.Limits.PerApp), 1),
 		botID:   o.BotOpenID,
+		live:    newLiveCards(),
 	}
 	// One dispatcher serves both modes (ws frames and verified HTTP bodies).
 	c.disp = dispatcher.NewEventDispatcher(o.VerificationToken, o.EncryptKey).

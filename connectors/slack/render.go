@@ -18,6 +18,7 @@ const (
 	maxFields      = 10    // fields per section
 	maxContextText = 2000  // a context element's text (we use it for the status)
 	maxButtonLabel = 75    // button text
+	maxConfirmText = 300   // a confirm dialog's text
 	maxButtonValue = 2000  // button value
 	maxIDLen       = 255   // block_id, action_id
 	maxButtons     = 25    // elements of an actions block
@@ -66,6 +67,13 @@ func Blocks(card chat.Card) []slackgo.Block {
 			switch b.Style {
 			case string(slackgo.StylePrimary), string(slackgo.StyleDanger):
 				btn = btn.WithStyle(slackgo.Style(b.Style))
+			}
+			if b.Confirm != "" {
+				btn = btn.WithConfirm(slackgo.NewConfirmationBlockObject(
+					slackgo.NewTextBlockObject(slackgo.PlainTextType, clip.Text(b.Label+"?", maxButtonLabel, clip.Runes), false, false),
+					slackgo.NewTextBlockObject(slackgo.PlainTextType, clip.Text(b.Confirm, maxConfirmText, clip.Runes), false, false),
+					slackgo.NewTextBlockObject(slackgo.PlainTextType, clip.Text(b.Label, maxButtonLabel, clip.Runes), false, false),
+					slackgo.NewTextBlockObject(slackgo.PlainTextType, "Cancel", false, false)))
 			}
 			els = append(els, btn)
 		}

@@ -2,6 +2,7 @@ package slack
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -136,3 +137,37 @@ func TestFromInteraction(t *testing.T) {
 }
 
 type slackInteraction = slackgo.InteractionCallback
+
+// TestDenyAsksToConfirm: a button with Confirm (an approval's Deny) gets
+// Slack's confirm object: the click counts once the clicker confirms.
+func TestDenyAsksToConfirm(t *testing.T) {
+	bs := Blocks(chat.Card{Title: "Approval needed", BlockID: "approval:R1:1", Buttons: []chat.Button{
+		{ActionID: "approve", Label: "Approve", Value: "R1"},
+		{ActionID: "deny", Label: "Deny", Value: "R1", Style: "danger", Confirm: "Deny R1?"}}})
+	raw, err := json.Marshal(bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks []struct {
+		Elements []struct {
+			ActionID string `json:"action_id"`
+			Confirm  *struct {
+				Title, Text, Confirm, Deny struct{ Text string }
+			} `json:"confirm"`
+		} `json:"elements"`
+	}
+	if err := json.Unmarshal(raw, &blocks); err != nil {
+		t.Fatal(err)
+	}
+	confirms := map[string]string{}
+	for _, b := range blocks {
+		for _, e := range b.Elements {
+			if e.Confirm != nil {
+				confirms[e.ActionID] = e.Confirm.Title.Text + " | " + e.Confirm.Text.Text + " | " + e.Confirm.Confirm.Text + " | " + e.Confirm.Deny.Text
+			}
+		}
+	}
+	if want := map[string]string{"deny": "Deny? | Deny R1? | Deny | Cancel"}; fmt.Sprint(confirms) != fmt.Sprint(want) {
+		t.Errorf("confirms %v, want %v", confirms, want)
+	}
+}

@@ -175,6 +175,8 @@ type Connector struct {
 	inbound *pool
 
 	botUser atomic.Pointer[string] // the bot's user ID, from auth.test
+	team    atomic.Pointer[string] // the workspace's ID, from auth.test
+	live    *streams               // live messages (stream.go)
 
 	dmMu sync.Mutex
 	dms  map[string]string // user ID → DM channel ID
@@ -229,6 +231,7 @@ func New(opts Options) (*Connector, error) {
 		updates: rate.NewLimiter(rate.Every(opts.UpdateEvery), opts.UpdateBurst),
 		reads:   rate.NewLimiter(rate.Every(opts.UpdateEvery), opts.UpdateBurst),
 		dms:     map[string]string{},
+		live:    newStreams(),
 	}
 	c.inbound = newPool(opts.Workers, opts.Queue, opts.AckBudget, log, c.respond)
 	return c, nil
@@ -274,8 +277,16 @@ func (c *Connector) whoAmI(ctx context.Context) error {
 		return nil
 	}
 	c.botUser.Store(&resp.UserID)
+	c.team.Store(&resp.TeamID)
 	c.log.InfoContext(ctx, "connected to Slack", "team", resp.Team, "bot_user", resp.UserID, "mode", c.opts.Mode)
 	return nil
+}
+
+func (c *Connector) teamID() string {
+	if p := c.team.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 func (c *Connector) botUserID() string {

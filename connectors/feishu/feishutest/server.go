@@ -186,6 +186,8 @@ type Server struct {
 	next        int // round-robin index into conns
 	pushed      map[string]pushedFrame
 	responses   map[string][]FrameResponse
+	cards       map[string]*Card // CardKit entities (cardkit.go)
+	noCardKit   bool
 }
 
 // New starts a fake for the app appID/appSecret on a loopback port.
@@ -211,6 +213,7 @@ func New(appID, appSecret string, opts ...Option) *Server {
 		devices:      map[string]bool{},
 		pushed:       map[string]pushedFrame{},
 		responses:    map[string][]FrameResponse{},
+		cards:        map[string]*Card{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -223,6 +226,7 @@ func New(appID, appSecret string, opts ...Option) *Server {
 	mux.HandleFunc("GET "+RouteBotInfo, s.route(RouteBotInfo, s.authed(s.handleBotInfo)))
 	mux.HandleFunc("POST "+RouteWSEndpoint, s.route(RouteWSEndpoint, s.handleEndpoint))
 	mux.HandleFunc("GET "+routeWS, s.route(routeWS, s.handleWS))
+	s.cardkitRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]any{"code": http.StatusNotFound, "msg": "404 page not found"}, nil)
 	})

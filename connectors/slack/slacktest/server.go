@@ -53,6 +53,13 @@ type Message struct {
 	// none. conversations.history and conversations.replies return it only with include_all_metadata.
 	Metadata *slack.SlackMetadata
 	Updates  []Revision // content after each chat.update, oldest first
+	// Streaming: a chat.startStream message not yet stopped (stream.go);
+	// Recipient its recipient_user_id, Tasks its task cards, Appends the
+	// appendStream and stopStream calls it took.
+	Streaming bool
+	Recipient string
+	Tasks     []Task
+	Appends   int
 }
 
 // Revision is the content of a message after one chat.update.
@@ -76,6 +83,8 @@ type options struct {
 	post, update, read rate
 	strictEdits        bool
 	ping               time.Duration
+	refuseStream       string
+	appendStream       rate
 }
 
 // Tokens sets the accepted bot token (Web API) and app-level token (apps.connections.open).
@@ -151,7 +160,7 @@ func NewServer(opts ...Option) *Server {
 		opts: options{
 			botToken: DefaultBotToken, appToken: DefaultAppToken, now: time.Now,
 			post: rate{time.Second, 1}, update: rate{time.Minute / 50, 50}, read: rate{time.Minute / 50, 50},
-			strictEdits: true, ping: 5 * time.Second,
+			strictEdits: true, ping: 5 * time.Second, appendStream: rate{600 * time.Millisecond, 100},
 		},
 		changed: make(chan struct{}), byKey: map[key]*Message{}, opened: map[string]bool{},
 		tat: map[string]time.Time{}, calls: map[string]int{}, rateLimited: map[string]int{},
@@ -315,6 +324,7 @@ func (m *Message) clone() Message {
 	c.BlocksJSON = append(json.RawMessage(nil), m.BlocksJSON...)
 	c.Blocks = append([]slack.Block(nil), m.Blocks...)
 	c.Updates = append([]Revision(nil), m.Updates...)
+	c.Tasks = append([]Task(nil), m.Tasks...)
 	if m.Metadata != nil {
 		md := *m.Metadata
 		c.Metadata = &md
@@ -415,6 +425,8 @@ func (s *Server) dispatchLocked(method string, r *http.Request) reply {
 		return s.postMessageLocked(f, now)
 	case "chat.update":
 		return s.updateLocked(f, now)
+	case "chat.startStream", "chat.appendStream", "chat.stopStream":
+		return s.streamLocked(method, f, now)
 	case "chat.postEphemeral":
 		m, code := s.parseLocked(f)
 		if code == "" && f.Get("user") == "" {
