@@ -33,6 +33,7 @@ type Config struct {
 	HA         *HA              `yaml:"ha"`
 	Log        Log              `yaml:"log"`
 	Shutdown   Shutdown         `yaml:"shutdown"`
+	Runners    Runners          `yaml:"runners"`
 	// SecretEnv names the environment variables the file expanded into a
 	// secret key (${SLACK_BOT_TOKEN}); agent processes do not get them.
 	SecretEnv []string `yaml:"-"`
@@ -84,6 +85,8 @@ type Agent struct {
 	Workdir            string        `yaml:"workdir"`
 	MaxBackgroundTasks int           `yaml:"max_background_tasks"`
 	TurnTimeout        time.Duration `yaml:"turn_timeout"`
+	// Runner names the runner that hosts the agent (kind runner).
+	Runner string `yaml:"runner"`
 }
 
 // Approvals configures approval expiry.
@@ -419,7 +422,7 @@ func (c *Config) Validate() error {
 	for name, a := range c.Agents {
 		k := "agents." + name
 		switch a.Kind {
-		case "exec", "claude", "codex":
+		case "exec", "claude", "codex", "runner":
 		default:
 			return keyErr(k+".kind", "unknown kind %q (want exec, claude or codex)", a.Kind)
 		}
@@ -431,6 +434,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	if err := c.validateRooms(); err != nil {
+		return err
+	}
+	if err := c.validateRunners(); err != nil {
 		return err
 	}
 	if c.HTTP.APIToken != "" && c.HTTP.APITokenFile != "" {

@@ -125,6 +125,10 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 // (HA resigns: a follower leads at once) and shuts the HTTP server down.
 func serve(ctx, work context.Context, cancel context.CancelFunc, ln net.Listener, b *core.Bridge, grace time.Duration, log *slog.Logger) error {
 	srv := &http.Server{Handler: b.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// Runners speak gRPC, HTTP/2 without TLS on this plaintext listener.
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
 	errs := make(chan error, 2)
 	var wg sync.WaitGroup
 	wg.Go(func() {

@@ -7,11 +7,13 @@ package coretest
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/chat"
@@ -41,6 +43,8 @@ type Options struct {
 	// Log defaults to discarding; Clock to the real one.
 	Log   *slog.Logger
 	Clock clock.Clock
+	// RunnerWatch is core.Options.RunnerWatch.
+	RunnerWatch time.Duration
 	// Runtimes, Surfaces: as core.Options.
 	Runtimes func(name string, a config.Agent) (agents.Runtime, error)
 	Surfaces []string
@@ -89,7 +93,7 @@ func Start(t testing.TB, o Options) *Bridge {
 	ctx, cancel := context.WithCancel(context.Background())
 	b, err := core.New(ctx, core.Options{Config: cfg, Store: db, Clock: o.Clock, Log: o.Log, Connectors: conns,
 		APIToken: Token, APIAddr: web.Listener.Addr().String(), Runtimes: o.Runtimes, Surfaces: o.Surfaces, HoldOutbox: o.HoldOutbox,
-		NoRuntimeMetrics: true})
+		NoRuntimeMetrics: true, RunnerWatch: o.RunnerWatch})
 	if err != nil {
 		cancel()
 		web.Close()
@@ -97,6 +101,7 @@ func Start(t testing.TB, o Options) *Bridge {
 		t.Fatal(err)
 	}
 	web.Config.Handler = b.Handler()
+	web.Config.Protocols = apiProtocols() // runners speak gRPC (HTTP/2) to the API
 	web.Start()
 	var wg sync.WaitGroup
 	if !o.Idle {
@@ -129,3 +134,11 @@ func Start(t testing.TB, o Options) *Bridge {
 // and closes its server and store (again: nothing). With Options.DB, the
 // tasks are waited for, and the store closed, at the end of the test.
 func (b *Bridge) Stop() { b.stop() }
+
+// apiProtocols are HTTP/1.1 and unencrypted HTTP/2 (the runners' gRPC).
+func apiProtocols() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return &p
+}
