@@ -58,13 +58,13 @@ func (r *Runtime) Run(ctx context.Context, t agents.Turn, sink agents.Sink) (age
 		replies: make(chan Frame, 8)}
 	defer tr.leave()
 	for {
-		x, c, change := tr.where(r.Agent)
+		x, c, gone, change := tr.where(r.Agent)
 		if c != nil && c != tr.sent {
 			if err := tr.send(ctx, x, c); err != nil {
 				return agents.Outcome{}, err
 			}
 		}
-		if x != nil && x.gone && !tr.interrupted {
+		if gone && !tr.interrupted {
 			tr.interrupt(ctx, x)
 		}
 		select {
@@ -92,18 +92,18 @@ func (r *Runtime) Run(ctx context.Context, t agents.Turn, sink agents.Sink) (age
 }
 
 // where finds the runner hosting agent and registers the turn with it.
-func (tr *turnRun) where(agent string) (*host, *conn, <-chan struct{}) {
+func (tr *turnRun) where(agent string) (x *host, c *conn, gone bool, change <-chan struct{}) {
 	h := tr.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	name := h.o.Hosts[agent]
 	tr.runner = name
-	x := h.hostLocked(name)
+	x = h.hostLocked(name)
 	x.turns[tr.t.RequestID] = tr.frames
 	if x.c != nil && !slices.Contains(x.agents, agent) {
-		return x, nil, x.change
+		return x, nil, x.gone, x.change
 	}
-	return x, x.c, x.change
+	return x, x.c, x.gone, x.change
 }
 
 func (tr *turnRun) leave() {

@@ -34,6 +34,8 @@ const usage = `usage: bridge <command> [flags]
   tasks stop ID                       stop a background task (its request is told the work is incomplete)
   tasks dismiss ID                    clear a failed or interrupted task from the room's tasks
   audit export [--since T] [--until T] [--format jsonl|csv] [-o FILE]
+  runner [--config FILE]              host agents on this machine, connected out to the bridge (docs/runners.md)
+  runners add NAME | list | revoke NAME   register a runner (prints its token once), list them, revoke one
 
 Commands that talk to a running daemon take --api URL and --config FILE.`
 
@@ -91,6 +93,10 @@ func run(ctx context.Context, args []string) error {
 			return fmt.Errorf("%w: audit export [flags]", errUsage)
 		}
 		return auditExport(ctx, rest[1:], os.Stdout, os.Stderr)
+	case "runner":
+		return runnerCmd(ctx, rest)
+	case "runners":
+		return runnersCmd(ctx, rest, os.Stdout)
 	case "help", "-h", "--help":
 		fmt.Println(usage)
 		return nil
