@@ -18,6 +18,13 @@ import (
 // process with agent script.
 func runnerSetup(t *testing.T, script string) (bridge, runner *proc, base, token string) {
 	t.Helper()
+	return runnerVia(t, script, "2s", func(base string) string { return base })
+}
+
+// runnerVia is runnerSetup with the runners' grace, and the runner
+// reaching the bridge at via(base).
+func runnerVia(t *testing.T, script, grace string, via func(base string) string) (bridge, runner *proc, base, token string) {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "bridge.yaml")
 	writeFile(t, cfg, fmt.Sprintf(`owner: acme
@@ -29,8 +36,8 @@ rooms:
   - {name: main, console: true, agents: [coder]}
 agents:
   coder: {kind: runner, runner: laptop}
-runners: {grace: 2s, heartbeat: 200ms}
-`, filepath.Join(dir, "data")))
+runners: {grace: %s, heartbeat: 200ms}
+`, filepath.Join(dir, "data"), grace))
 	bridge = startBridge(t, dir, nil, "run", "--config", cfg)
 	base, token = bridge.api(filepath.Join(dir, "data"))
 	out, errOut, code := runCLI(t, dir, "runners", "add", "--config", cfg, "laptop")
@@ -47,7 +54,7 @@ runners: {grace: 2s, heartbeat: 200ms}
 	writeFile(t, filepath.Join(rdir, "runner.yaml"), fmt.Sprintf(`runner: {name: laptop, bridges: [%s], token_file: token}
 agents:
   coder: {kind: exec, command: [sh, agent.sh], workdir: .}
-`, base))
+`, via(base)))
 	runner = startBinary(t, bridgeBin, rdir, nil, "runner", "--config", "runner.yaml")
 	waitRunner(t, base, token, "connected")
 	return bridge, runner, base, token
@@ -135,5 +142,51 @@ echo '{"type":"final","text":"woke and finished"}'
 	}
 	if n := linesMatching(bridge, `started`); n != 1 {
 		t.Fatalf("the turn started %d times, want once (re-attached, not restarted)", n)
+	}
+}
+
+// TestRunnerNetworkCut: a cut shorter than the grace is not seen in the
+// room (no interruption, the turn started once, one final answer); a cut
+// longer than it is as a sleep (the room told once).
+func TestRunnerNetworkCut(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		grace string
+		long  bool
+	}{{"shorter", "20s", false}, {"longer", "1s", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			gate := filepath.Join(t.TempDir(), "gate")
+			t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o600) })
+			var proxy *tcpProxy
+			bridge, _, base, token := runnerVia(t, `read turn
+echo '{"type":"message","text":"started"}'
+while [ ! -e `+gate+` ]; do sleep 0.02; done
+echo '{"type":"message","text":"after the cut"}'
+echo '{"type":"final","text":"finished"}'
+`, tc.grace, func(base string) string { proxy = newTCPProxy(t, hostOf(base)); return proxy.url() })
+			bridge.send("@coder go")
+			i := bridge.waitLine(0, `started`)
+			proxy.cut()
+			waitRunner(t, base, token, map[bool]string{true: "away", false: "disconnected"}[tc.long])
+			if tc.long {
+				i = bridge.waitLine(i, `went away at .*: its turns resume`)
+			}
+			proxy.heal()
+			waitRunner(t, base, token, "connected")
+			if err := os.WriteFile(gate, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			bridge.waitLine(i, `final: finished`)
+			all := strings.Join(bridge.Lines(), "\n")
+			want := map[bool]int{true: 1, false: 0}[tc.long]
+			if n := linesMatching(bridge, `went away at .*: its turns resume`); n != want {
+				t.Fatalf("the room was told %d times the runner went away, want %d:\n%s", n, want, all)
+			}
+			for _, re := range []string{`\| started$`, `after the cut`, `final: finished`} {
+				if n := linesMatching(bridge, re); n != 1 {
+					t.Fatalf("%d lines match %q, want 1 (no duplicate event):\n%s", n, re, all)
+				}
+			}
+		})
 	}
 }
