@@ -3,6 +3,9 @@ package runners_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -149,5 +152,33 @@ func waitErr(t *testing.T, errs <-chan error) error {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the runner did not stop")
 		return nil
+	}
+}
+
+// TestMetricsAndList: /metrics counts the connected runner and its agent;
+// Statuses shows it connected with a last contact.
+func TestMetricsAndList(t *testing.T) {
+	b := startBridge(t)
+	tok, err := runners.Add(context.Background(), b.DB, time.Now(), "laptop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner(t, b, "laptop", tok)
+	waitConnected(t, b, "laptop")
+	st, err := b.Runners().Statuses(context.Background())
+	if err != nil || len(st) != 1 || st[0].LastContact.IsZero() || !slices.Equal(st[0].Agents, []string{"coder"}) {
+		t.Fatalf("statuses %+v %v, want laptop connected with coder and a last contact", st, err)
+	}
+	resp, err := http.Get(b.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	for _, want := range []string{"roombridge_runners_connected 1", "roombridge_runner_agents_hosted 1",
+		`roombridge_runner_turns_in_flight{runner="laptop"} 0`, "roombridge_runner_reconnects_total 0"} {
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("metrics lack %q:\n%s", want, body)
+		}
 	}
 }
