@@ -15,9 +15,11 @@ type localTurn struct {
 	r   *Runner
 	req string
 
-	mu      sync.Mutex
-	seq     int
-	frames  []Frame
+	mu     sync.Mutex
+	seq    int
+	frames []Frame
+	// sent is the last Seq the runner sent without an error.
+	sent    int
 	ended   bool
 	token   string // the bridge's tool token of the turn
 	local   string // the agent's token at the runner's MCP endpoint
@@ -70,8 +72,10 @@ func (lt *localTurn) emit(f Frame) {
 		lt.ended = true
 	}
 	lt.mu.Unlock()
-	if c := lt.r.current(); c != nil {
-		_ = c.send(f)
+	if c := lt.r.current(); c != nil && c.send(f) == nil {
+		lt.mu.Lock()
+		lt.sent = max(lt.sent, f.Seq)
+		lt.mu.Unlock()
 	}
 }
 
@@ -84,7 +88,9 @@ func (lt *localTurn) reattach(c *rconn, t Turn) {
 	}
 	var resend []Frame
 	for _, f := range lt.frames {
-		if f.Seq > t.After {
+		switch {
+		case !t.Adopt && f.Seq > t.After,
+			t.Adopt && (f.Seq > lt.sent || f.Type == FrameDone || (f.Type == FrameCall && lt.replies[f.Event.ID] != nil)):
 			resend = append(resend, f)
 		}
 	}

@@ -69,8 +69,12 @@ type Turn struct {
 	Input     []agents.Input `json:"input,omitempty"`
 	MCPToken  string         `json:"mcp_token,omitempty"`
 	// After is the last Seq the bridge applied: a live turn resends the
-	// frames after it; a new one numbers its frames from it.
-	After int `json:"after,omitempty"`
+	// frames after it; a new one numbers its frames from it. Adopt: this
+	// bridge never had the turn (a new leader): a live turn resends only
+	// what no bridge may have seen (frames it could not send, calls not
+	// answered, its end).
+	After int  `json:"after,omitempty"`
+	Adopt bool `json:"adopt,omitempty"`
 }
 
 // codec is gRPC's codec for Frame: JSON (content subtype "json").

@@ -122,10 +122,11 @@ func (tr *turnRun) send(ctx context.Context, x *host, c *conn) error {
 	h.mu.Lock()
 	live := c.live[tr.t.RequestID]
 	h.mu.Unlock()
-	restart := tr.sent != nil && !live
+	first := tr.sent == nil
+	restart := !first && !live
 	tr.sent = c
 	w := &Turn{RequestID: tr.t.RequestID, Agent: tr.t.Agent, Session: tr.t.Session, Resumed: tr.t.Resumed || restart,
-		Input: tr.t.Input, MCPToken: tr.t.MCPToken, After: tr.seq}
+		Input: tr.t.Input, MCPToken: tr.t.MCPToken, After: tr.seq, Adopt: live && first}
 	if err := c.send(Frame{Type: FrameTurn, Request: tr.t.RequestID, Turn: w}); err != nil {
 		h.o.Log.Warn("runner: sending a turn failed; waiting for the runner", "runner", x.name, "request_id", tr.t.RequestID, "error", err)
 		tr.sent = nil
