@@ -79,6 +79,7 @@ agents:
 	if n := strings.Count(runner.Stderr(), "runner: turn starting"); n != 1 {
 		t.Fatalf("the runner started the turn %d times, want once (adopted, not restarted):\n%s", n, runner.Stderr())
 	}
+	next.p.waitLine(0, "final: answer after failover") // the outbox posts it after the request is done
 	if n := countLines(bs, "final: answer after failover"); n != 1 {
 		t.Fatalf("the answer was posted %d times, want once", n)
 	}
