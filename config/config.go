@@ -34,6 +34,7 @@ type Config struct {
 	Requests   Requests         `yaml:"requests"`
 	Log        Log              `yaml:"log"`
 	Shutdown   Shutdown         `yaml:"shutdown"`
+	Runners    Runners          `yaml:"runners"`
 	// SecretEnv names the environment variables the file expanded into a
 	// secret key (${SLACK_BOT_TOKEN}); agent processes do not get them.
 	SecretEnv []string `yaml:"-"`
@@ -93,6 +94,8 @@ type Agent struct {
 	// Home is a CLI agent's HOME (claude, codex), where its CLI keeps its
 	// sessions and login (default: the bridge's HOME).
 	Home string `yaml:"home"`
+	// Runner names the runner that hosts the agent (kind runner).
+	Runner string `yaml:"runner"`
 }
 
 // Approvals configures approval expiry.
@@ -433,7 +436,7 @@ func (c *Config) Validate() error {
 	for name, a := range c.Agents {
 		k := "agents." + name
 		switch a.Kind {
-		case "exec", "claude", "codex":
+		case "exec", "claude", "codex", "runner":
 		default:
 			return keyErr(k+".kind", "unknown kind %q (want exec, claude or codex)", a.Kind)
 		}
@@ -448,6 +451,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.validateLimits(); err != nil {
+		return err
+	}
+	if err := c.validateRunners(); err != nil {
 		return err
 	}
 	if c.HTTP.APIToken != "" && c.HTTP.APITokenFile != "" {

@@ -28,6 +28,7 @@ import (
 	"github.com/roombridge/roombridge/metrics"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/rooms"
+	"github.com/roombridge/roombridge/runners"
 	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/threads"
 	"github.com/roombridge/roombridge/ttl"
@@ -72,6 +73,10 @@ type Options struct {
 	// NoRuntimeMetrics leaves the Go runtime and process collectors out of
 	// the metrics (tests that scrape exact series).
 	NoRuntimeMetrics bool
+	// RunnerWatch, if set, is how often the runners' watchdog looks for
+	// silent runners (default: half the heartbeat); tests with a fake
+	// clock make it short.
+	RunnerWatch time.Duration
 }
 
 // Leadership is the backend's election: single node or HA.
@@ -101,6 +106,7 @@ type Bridge struct {
 	deliver  *threads.Deliverer
 	sweeper  *ttl.Sweeper
 	tools    *mcptools.Server
+	runners  *runners.Hub
 	met      *metrics.Metrics
 	api      *httpapi.Server
 	handler  http.Handler
@@ -227,9 +233,22 @@ func observers(b *Bridge) []observer {
 // scheduler's dispatcher, as the exec protocol's calls do.
 func (b *Bridge) scheduler() error {
 	cfg := b.opts.Config
+	var leading func() bool
+	if l := b.opts.Leadership; l != nil {
+		leading = l.Leading
+	}
+	b.runners = runners.NewHub(runners.HubOptions{Store: b.opts.Store, Clock: b.opts.Clock, Log: b.log,
+		Hosts: cfg.RunnerHosts(), Grace: cfg.Runners.Grace, Heartbeat: cfg.Runners.Heartbeat, Watch: b.opts.RunnerWatch,
+		Leading: leading})
+	b.met.Registry().MustRegister(b.runners)
 	runtime := b.opts.Runtimes
 	if runtime == nil {
-		runtime = func(name string, a config.Agent) (agents.Runtime, error) { return runtimeFor(cfg, name, a) }
+		runtime = func(name string, a config.Agent) (agents.Runtime, error) {
+			if a.Kind == "runner" {
+				return b.runners.Runtime(name), nil
+			}
+			return runtimeFor(cfg, name, a)
+		}
 	}
 	var ags []agents.Agent
 	for _, name := range b.agentNames() {
@@ -274,6 +293,7 @@ func (b *Bridge) leaderJobs() {
 	for _, c := range b.opts.Connectors {
 		b.intake = append(b.intake, job{c.Surface(), func(ctx context.Context) error { return c.Run(ctx, b.router) }})
 	}
+	b.intake = append(b.intake, job{"runners", b.runners.Run})
 	b.intake = append(b.intake, job{"retention", func(ctx context.Context) error {
 		return retention(ctx, b.opts.Store, b.opts.Clock, b.opts.AuditRetention, b.log)
 	}})
@@ -289,6 +309,10 @@ func (b *Bridge) http() {
 	b.api = httpapi.New(httpapi.Options{Service: b.svc, Router: b.router, Token: b.opts.APIToken, Log: b.log,
 		Ready: ready, Tasks: b.del, Registry: b.met.Registry(), WriteTimeout: b.ServerOptions().WriteTimeout})
 	b.api.MountStream("/mcp", b.tools)
+	b.api.Mount(runners.Pattern, httpapi.LongLived(b.runners.Handler()))
+	for pattern, h := range b.runners.API(b.opts.APIToken) {
+		b.api.Mount(pattern, h)
+	}
 	for _, c := range b.opts.Connectors {
 		if w, ok := c.(webhooks); ok {
 			for pattern, h := range w.Routes(b.router) {
@@ -328,6 +352,9 @@ func (b *Bridge) Delegation() *delegation.Service { return b.del }
 
 // Sweeper is the approvals sweeper (tests sweep at a fake clock's time).
 func (b *Bridge) Sweeper() *ttl.Sweeper { return b.sweeper }
+
+// Runners is the bridge's side of the runners (agents on other machines).
+func (b *Bridge) Runners() *runners.Hub { return b.runners }
 
 // Surfaces are the surfaces the outbox delivers to.
 func (b *Bridge) Surfaces() []string { return b.surfaces }

@@ -36,6 +36,11 @@ type ServerOptions struct {
 func NewServer(handler http.Handler, ln net.Listener, o ServerOptions) (*http.Server, net.Listener) {
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: ReadHeaderTimeout, ReadTimeout: o.ReadTimeout,
 		WriteTimeout: o.WriteTimeout, IdleTimeout: o.IdleTimeout}
+	// HTTP/1.1, and HTTP/2 without TLS on this plaintext listener: the
+	// runners speak gRPC to the API (TLS is terminated in front of it).
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
 	if o.Log != nil {
 		srv.ErrorLog = slog.NewLogLogger(o.Log.Handler(), slog.LevelWarn)
 	}
@@ -101,6 +106,18 @@ func (c *clientConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.release)
 	return err
+}
+
+// LongLived serves a connection that lives as long as its peer wants (a
+// runner's gRPC stream, which has heartbeats of its own): the server's read
+// and write deadlines are lifted for it.
+func LongLived(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Time{})
+		_ = rc.SetWriteDeadline(time.Time{})
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Stream lets h write a long response (an export, an event stream, /mcp)

@@ -44,6 +44,8 @@ func usageText() string {
   tasks dismiss ID                    clear a failed or interrupted task from the room's tasks
   audit export [--since T] [--until T] [--format jsonl|csv] [-o FILE]
                                       the format defaults to -o's extension (.csv, .jsonl), else jsonl
+  runner [--config FILE]              host agents on this machine, connected out to the bridge (docs/runners.md)
+  runners add NAME | list | revoke NAME   register a runner (prints its token once), list them, revoke one
 
 Commands that talk to a running daemon take --api URL and --config FILE.`, "PROG", progName())
 }
@@ -104,6 +106,10 @@ func run(ctx context.Context, args []string) error {
 		return auditExport(ctx, rest[1:], os.Stdout, os.Stderr)
 	case "init":
 		return initCmd(rest, os.Stdout)
+	case "runner":
+		return runnerCmd(ctx, rest)
+	case "runners":
+		return runnersCmd(ctx, rest, os.Stdout)
 	case "help", "-h", "--help":
 		fmt.Println(usageText())
 		return nil

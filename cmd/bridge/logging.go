@@ -22,15 +22,7 @@ const logFileName = "bridge.log"
 // <data_dir>/bridge.log while each warning still shows on the terminal in
 // one short line.
 func openLog(cfg *config.Config, stderr io.Writer, terminal bool) (*slog.Logger, func(), error) {
-	var l slog.Level
-	_ = l.UnmarshalText([]byte(strings.ToUpper(orDefault(cfg.Log.Level, "info"))))
-	opts := &slog.HandlerOptions{Level: l}
-	handler := func(w io.Writer) slog.Handler {
-		if cfg.Log.Format == "json" {
-			return slog.NewJSONHandler(w, opts)
-		}
-		return slog.NewTextHandler(w, opts)
-	}
+	handler := func(w io.Writer) slog.Handler { return logHandler(cfg.Log, w) }
 	path := cfg.Log.File
 	if path == "" && terminal && hasConsole(cfg) {
 		path = filepath.Join(cfg.DataDir, logFileName)
@@ -48,6 +40,17 @@ func openLog(cfg *config.Config, stderr io.Writer, terminal bool) (*slog.Logger,
 		fmt.Fprintf(stderr, "%s: logs go to %s (log.file: stderr shows them here)\n", progName(), path)
 	}
 	return slog.New(h), func() { _ = f.Close() }, nil
+}
+
+// logHandler writes to w at l's level, as text (key=value) or json.
+func logHandler(l config.Log, w io.Writer) slog.Handler {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(strings.ToUpper(orDefault(l.Level, "info"))))
+	opts := &slog.HandlerOptions{Level: level}
+	if l.Format == "json" {
+		return slog.NewJSONHandler(w, opts)
+	}
+	return slog.NewTextHandler(w, opts)
 }
 
 // hasConsole reports whether cfg has a console room.

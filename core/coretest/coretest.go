@@ -48,6 +48,8 @@ type Options struct {
 	// Log defaults to discarding; Clock to the real one.
 	Log   *slog.Logger
 	Clock clock.Clock
+	// RunnerWatch is core.Options.RunnerWatch.
+	RunnerWatch time.Duration
 	// Runtimes, Surfaces: as core.Options.
 	Runtimes func(name string, a config.Agent) (agents.Runtime, error)
 	Surfaces []string
@@ -100,7 +102,7 @@ func Start(t testing.TB, o Options) *Bridge {
 	ctx, cancel := context.WithCancel(context.Background())
 	b, err := core.New(ctx, core.Options{Config: cfg, Store: st, Clock: o.Clock, Log: o.Log, Connectors: conns,
 		APIToken: Token, APIAddr: web.Listener.Addr().String(), Runtimes: o.Runtimes, Surfaces: o.Surfaces, HoldOutbox: o.HoldOutbox,
-		NoRuntimeMetrics: true})
+		NoRuntimeMetrics: true, RunnerWatch: o.RunnerWatch})
 	if err != nil {
 		cancel()
 		web.Close()

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/agents/process"
+	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/runners"
+)
+
+// runnerCmd is `bridge runner`: it hosts the agents of its config on this
+// machine and connects out to the bridge (docs/runners.md).
+func runnerCmd(ctx context.Context, args []string) error {
+	fs := newFlags("runner")
+	path := fs.String("config", "runner.yaml", "runner config file")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	f, err := config.LoadRunner(*path)
+	if err != nil {
+		return err
+	}
+	log := slog.New(logHandler(f.Log, os.Stderr))
+	b, err := os.ReadFile(f.Runner.TokenFile)
+	if err != nil {
+		return fmt.Errorf("runner.token_file: %w", err)
+	}
+	var tlsCfg *tls.Config
+	if f.Runner.CAFile != "" {
+		pem, err := os.ReadFile(f.Runner.CAFile)
+		if err != nil {
+			return fmt.Errorf("runner.ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("runner.ca_file: no certificate in %s", f.Runner.CAFile)
+		}
+		tlsCfg = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	rts := map[string]agents.Runtime{}
+	for name, a := range f.Agents {
+		workdir := a.Workdir
+		if workdir == "" {
+			workdir = filepath.Join("work", name)
+		}
+		if err := os.MkdirAll(workdir, 0o700); err != nil {
+			return fmt.Errorf("agents.%s.workdir: %w", name, err)
+		}
+		rts[name] = &process.Runtime{Kind: process.Kind(orDefault(a.Kind, string(process.Exec))), Command: a.Command,
+			Workdir: workdir, TurnTimeout: a.TurnTimeout}
+	}
+	r, err := runners.NewRunner(runners.RunnerOptions{Name: f.Runner.Name, URLs: f.Runner.Bridges,
+		Token: strings.TrimSpace(string(b)), Agents: rts, TLS: tlsCfg, Log: log})
+	if err != nil {
+		return err
+	}
+	log.Info("runner started", "runner", f.Runner.Name, "agents", len(rts), "bridges", strings.Join(f.Runner.Bridges, ","))
+	return r.Run(ctx)
+}
+
+// runnersCmd is `bridge runners add NAME | list | revoke NAME`.
+func runnersCmd(ctx context.Context, args []string, out io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: runners add NAME | list | revoke NAME", errUsage)
+	}
+	verb := args[0]
+	fs := newFlags("runners " + verb)
+	mk := apiFlags(fs)
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	c, err := mk()
+	if err != nil {
+		return err
+	}
+	switch verb {
+	case "list":
+		var st []runners.Status
+		if err := c.getJSON(ctx, "GET", "/v1/runners", &st); err != nil {
+			return err
+		}
+		printRunners(out, st)
+		return nil
+	case "add", "revoke":
+		if fs.NArg() != 1 {
+			return fmt.Errorf("%w: runners %s needs exactly one runner name", errUsage, verb)
+		}
+		name := fs.Arg(0)
+		if verb == "revoke" {
+			var res map[string]string
+			if err := c.getJSON(ctx, "POST", "/v1/runners/"+url.PathEscape(name)+"/revoke", &res); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "runner %s revoked: its connection is closed and its token refused\n", name)
+			return nil
+		}
+		resp, err := c.do(ctx, "POST", "/v1/runners", strings.NewReader(fmt.Sprintf(`{"name":%q}`, name)))
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var res struct{ Token string }
+		if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "runner %s added. Its token (shown once; put it in the runner's token_file, mode 0600):\n%s\n", name, res.Token)
+		return nil
+	}
+	return fmt.Errorf("%w: runners add NAME | list | revoke NAME", errUsage)
+}
+
+func printRunners(out io.Writer, st []runners.Status) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUNNER\tSTATE\tAGENTS\tTURNS\tLAST CONTACT")
+	for _, s := range st {
+		state := "disconnected"
+		switch {
+		case s.Connected:
+			state = "connected"
+		case s.Away:
+			state = "away (turns interrupted)"
+		}
+		last := "never"
+		if !s.LastContact.IsZero() {
+			last = s.LastContact.Local().Format(time.DateTime)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", s.Name, state, strings.Join(s.Agents, ","), s.Turns, last)
+	}
+	_ = tw.Flush()
+}

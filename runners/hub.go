@@ -1,0 +1,343 @@
+package runners
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/roombridge/roombridge/clock"
+	"github.com/roombridge/roombridge/store"
+)
+
+// Defaults of HubOptions.
+const (
+	DefaultGrace     = 30 * time.Second
+	DefaultHeartbeat = 5 * time.Second
+)
+
+// HubOptions configure the bridge's side.
+type HubOptions struct {
+	Store store.Store
+	Clock clock.Clock
+	Log   *slog.Logger
+	// Hosts names each runner-hosted agent's runner ("": any runner may
+	// host it, the first to connect).
+	Hosts map[string]string
+	// Grace is how long a runner may be silent before its turns are
+	// interrupted (default DefaultGrace).
+	Grace time.Duration
+	// Heartbeat is the period of heartbeats both ways (default
+	// DefaultHeartbeat).
+	Heartbeat time.Duration
+	// Watch is how often the watchdog looks (default Heartbeat/2).
+	Watch time.Duration
+	// Leading tells whether this instance leads (nil: always). A follower
+	// refuses runners.
+	Leading func() bool
+}
+
+// Hub is the bridge's side: it accepts runners (Handler), knows which
+// runner hosts which agent, watches heartbeats and gives each
+// runner-hosted agent its Runtime.
+type Hub struct {
+	o    HubOptions
+	srv  *grpc.Server
+	mu   sync.Mutex
+	host map[string]*host // by runner name
+	// reconnects counts connections of a runner seen before.
+	reconnects int
+}
+
+// host is one runner as the bridge sees it.
+type host struct {
+	name     string
+	c        *conn // nil: not connected
+	agents   []string
+	since    time.Time
+	lastSeen time.Time
+	// gone: silent past the grace; told: the room was told of this outage.
+	gone, told bool
+	// change is closed (and replaced) whenever c or gone changes.
+	change chan struct{}
+	turns  map[string]chan Frame // frames of the turns in flight, by request
+}
+
+// conn is one runner connection.
+type conn struct {
+	instance string
+	stream   grpc.ServerStream
+	sendMu   sync.Mutex
+	live     map[string]bool
+	closed   chan struct{}
+	once     sync.Once
+	why      error
+}
+
+func (c *conn) send(f Frame) error {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	return c.stream.SendMsg(&f)
+}
+
+// close ends the connection with why (what the runner is told).
+func (c *conn) close(why error) {
+	c.once.Do(func() { c.why = why; close(c.closed) })
+}
+
+// NewHub builds the bridge's side.
+func NewHub(o HubOptions) *Hub {
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Grace <= 0 {
+		o.Grace = DefaultGrace
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = DefaultHeartbeat
+	}
+	if o.Watch <= 0 {
+		o.Watch = o.Heartbeat / 2
+	}
+	h := &Hub{o: o, host: map[string]*host{}}
+	h.srv = grpc.NewServer()
+	h.srv.RegisterService(&serviceDesc, h)
+	return h
+}
+
+// Handler serves the runner service (gRPC over HTTP/2; mount it at
+// Pattern).
+func (h *Hub) Handler() http.Handler { return h.srv }
+
+// Pattern is where Handler is mounted on the API's mux.
+const Pattern = "/" + ServiceName + "/"
+
+func (h *Hub) hostLocked(name string) *host {
+	x := h.host[name]
+	if x == nil {
+		x = &host{name: name, change: make(chan struct{}), turns: map[string]chan Frame{}}
+		h.host[name] = x
+	}
+	return x
+}
+
+// changed wakes the turns waiting on x (call with h.mu held).
+func (x *host) changed() {
+	close(x.change)
+	x.change = make(chan struct{})
+}
+
+// connect serves one runner's stream.
+func (h *Hub) connect(stream grpc.ServerStream) error {
+	ctx := stream.Context()
+	if h.o.Leading != nil && !h.o.Leading() {
+		return status.Error(codes.FailedPrecondition, "this bridge does not lead: try the next URL")
+	}
+	var hello Frame
+	if err := stream.RecvMsg(&hello); err != nil {
+		return err
+	}
+	if hello.Type != FrameHello || hello.Runner == "" {
+		return status.Error(codes.InvalidArgument, "the first frame must be a hello naming the runner")
+	}
+	if _, err := authenticate(ctx, h.o.Store, hello.Runner, bearer(ctx)); err != nil {
+		h.o.Log.Warn("runner refused", "runner", hello.Runner, "error", "unknown or revoked token")
+		return status.Errorf(codes.Unauthenticated, "runner %s: unknown or revoked token", hello.Runner)
+	}
+	c := &conn{instance: hello.Instance, stream: stream, live: map[string]bool{}, closed: make(chan struct{})}
+	for _, id := range hello.Live {
+		c.live[id] = true
+	}
+	if err := h.attach(hello, c); err != nil {
+		h.o.Log.Warn("runner refused", "runner", hello.Runner, "error", err)
+		return err
+	}
+	defer h.detach(hello.Runner, c)
+	if err := c.send(Frame{Type: FrameWelcome, Heartbeat: h.o.Heartbeat}); err != nil {
+		return err
+	}
+	_ = touch(context.WithoutCancel(ctx), h.o.Store, hello.Runner, h.o.Clock.Now())
+	h.o.Log.Info("runner connected", "runner", hello.Runner, "agents", strings.Join(hello.Agents, ","), "live", len(hello.Live))
+	recvErr := make(chan error, 1)
+	go func() { recvErr <- h.receive(hello.Runner, c) }()
+	select {
+	case err := <-recvErr:
+		return err
+	case <-c.closed:
+		return c.why
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// bearer is the token of the stream's authorization metadata.
+func bearer(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		if tok, ok := strings.CutPrefix(v, "Bearer "); ok {
+			return tok
+		}
+	}
+	return ""
+}
+
+// attach makes c the connection of its runner, or refuses it.
+func (h *Hub) attach(hello Frame, c *conn) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, a := range hello.Agents {
+		if h.o.Hosts[a] != hello.Runner {
+			return status.Errorf(codes.PermissionDenied, "runner %s may not host agent %s (the bridge's config: agents.%s.kind runner, runner %s)",
+				hello.Runner, a, a, hello.Runner)
+		}
+		for _, x := range h.host {
+			if x.c != nil && x.name != hello.Runner && slices.Contains(x.agents, a) {
+				return status.Errorf(codes.AlreadyExists, "agent %s is already hosted by runner %s (connected since %s)",
+					a, x.name, x.since.Format("15:04"))
+			}
+		}
+	}
+	x := h.hostLocked(hello.Runner)
+	if x.c != nil && x.c.instance != c.instance {
+		return status.Errorf(codes.AlreadyExists, "runner %s is already connected from another machine (since %s): agents %s are hosted there",
+			x.name, x.since.Format("15:04"), strings.Join(x.agents, ", "))
+	}
+	if x.c != nil {
+		x.c.close(status.Error(codes.Aborted, "replaced by a new connection of the same runner"))
+	}
+	if !x.lastSeen.IsZero() {
+		h.reconnects++
+	}
+	now := h.o.Clock.Now()
+	x.c, x.agents, x.since, x.lastSeen, x.gone, x.told = c, hello.Agents, now, now, false, false
+	x.changed()
+	return nil
+}
+
+// detach forgets c when it is still its runner's connection.
+func (h *Hub) detach(name string, c *conn) {
+	c.close(nil)
+	h.mu.Lock()
+	x := h.host[name]
+	if x != nil && x.c == c {
+		x.c = nil
+		x.changed()
+	}
+	h.mu.Unlock()
+	_ = touch(context.Background(), h.o.Store, name, h.o.Clock.Now())
+	h.o.Log.Info("runner disconnected", "runner", name)
+}
+
+// receive routes the runner's frames to the turns they are about.
+func (h *Hub) receive(name string, c *conn) error {
+	for {
+		var f Frame
+		if err := c.stream.RecvMsg(&f); err != nil {
+			return err
+		}
+		h.mu.Lock()
+		x := h.host[name]
+		var ch chan Frame
+		if x != nil && x.c == c {
+			x.lastSeen = h.o.Clock.Now()
+			ch = x.turns[f.Request]
+		}
+		h.mu.Unlock()
+		if ch == nil || f.Type == FrameHeartbeat {
+			continue
+		}
+		select {
+		case ch <- f:
+		case <-c.closed:
+			return nil
+		}
+	}
+}
+
+// Run watches the runners' heartbeats and sends the bridge's until ctx
+// ends; then it closes every connection (the runners reconnect to the
+// next leader).
+func (h *Hub) Run(ctx context.Context) error {
+	t := time.NewTicker(h.o.Watch)
+	defer t.Stop()
+	beat := time.Now() // heartbeats are the wire's: real time
+	for {
+		select {
+		case <-ctx.Done():
+			h.closeAll(status.Error(codes.Unavailable, "this bridge stopped leading"))
+			return nil
+		case <-t.C:
+			h.watch(false)
+			if now := time.Now(); now.Sub(beat) >= h.o.Heartbeat {
+				beat = now
+				h.watch(true)
+			}
+		}
+	}
+}
+
+// Check runs one round of the watchdog at once (tests with a fake clock).
+func (h *Hub) Check() { h.watch(false) }
+
+// watch closes the connections of runners silent past the grace and marks
+// them gone; with heartbeat it sends the bridge's heartbeats.
+func (h *Hub) watch(heartbeat bool) {
+	now := h.o.Clock.Now()
+	h.mu.Lock()
+	var beat []*conn
+	for _, x := range h.host {
+		silent := !x.lastSeen.IsZero() && now.Sub(x.lastSeen) > h.o.Grace
+		switch {
+		case x.c != nil && silent:
+			h.o.Log.Warn("runner silent past the grace; its turns are interrupted", "runner", x.name, "grace", h.o.Grace)
+			x.c.close(status.Error(codes.DeadlineExceeded, "no heartbeat within the grace"))
+			x.c, x.gone = nil, true
+			x.changed()
+		case x.c == nil && silent && !x.gone:
+			x.gone = true
+			x.changed()
+		case x.c != nil && heartbeat:
+			beat = append(beat, x.c)
+		}
+	}
+	h.mu.Unlock()
+	for _, c := range beat {
+		_ = c.send(Frame{Type: FrameHeartbeat})
+	}
+}
+
+func (h *Hub) closeAll(why error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, x := range h.host {
+		if x.c != nil {
+			x.c.close(why)
+		}
+	}
+}
+
+// Revoke deletes runner name's token and closes its connection.
+func (h *Hub) Revoke(ctx context.Context, name string) error {
+	if err := remove(ctx, h.o.Store, name); err != nil {
+		return fmt.Errorf("runners: revoke %s: %w", name, err)
+	}
+	h.mu.Lock()
+	if x := h.host[name]; x != nil && x.c != nil {
+		x.c.close(status.Errorf(codes.Unauthenticated, "runner %s: token revoked", name))
+	}
+	h.mu.Unlock()
+	h.o.Log.Info("runner revoked", "runner", name)
+	return nil
+}

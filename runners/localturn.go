@@ -1,0 +1,177 @@
+package runners
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/roombridge/roombridge/agents"
+)
+
+// localTurn is a turn running on the runner. Its frames are kept until the
+// bridge acknowledges the end, so a reconnect can resend what the bridge
+// missed.
+type localTurn struct {
+	r   *Runner
+	req string
+
+	mu     sync.Mutex
+	seq    int
+	frames []Frame
+	// sent is the last Seq the runner sent without an error.
+	sent    int
+	ended   bool
+	token   string // the bridge's tool token of the turn
+	local   string // the agent's token at the runner's MCP endpoint
+	replies map[string]chan agents.Response
+	cancel  chan struct{}
+	drain   chan struct{}
+	cOnce   sync.Once
+	dOnce   sync.Once
+}
+
+// start runs a new turn t as a local process.
+func (r *Runner) start(ctx context.Context, c *rconn, t Turn) {
+	rt := r.o.Agents[t.Agent]
+	lt := &localTurn{r: r, req: t.RequestID, seq: t.After, token: t.MCPToken, replies: map[string]chan agents.Response{},
+		cancel: make(chan struct{}), drain: make(chan struct{})}
+	r.mu.Lock()
+	r.turns[t.RequestID] = lt
+	r.mu.Unlock()
+	if rt == nil {
+		lt.emit(Frame{Type: FrameDone, Error: "runner " + r.o.Name + " does not host agent " + t.Agent})
+		return
+	}
+	turn := agents.Turn{RequestID: t.RequestID, Agent: t.Agent, Session: t.Session, Resumed: t.Resumed, Input: t.Input,
+		Cancel: lt.cancel, Drain: lt.drain}
+	if t.MCPToken != "" {
+		turn.MCPURL, turn.MCPToken = r.mcp.url, r.mcp.issue(lt)
+		lt.local = turn.MCPToken
+	}
+	r.o.Log.Info("runner: turn starting", "request_id", t.RequestID, "agent", t.Agent, "resumed", t.Resumed)
+	go func() {
+		out, err := rt.Run(ctx, turn, &localSink{lt: lt})
+		r.mcp.revoke(lt.local)
+		f := Frame{Type: FrameDone, Outcome: &out}
+		if err != nil {
+			f.Error = err.Error()
+			f.Interrupted = errors.Is(err, agents.ErrInterrupted)
+		}
+		lt.emit(f)
+		r.o.Log.Info("runner: turn ended", "request_id", t.RequestID, "agent", t.Agent, "error", f.Error)
+	}()
+}
+
+// emit numbers f, keeps it and sends it when connected.
+func (lt *localTurn) emit(f Frame) {
+	lt.mu.Lock()
+	lt.seq++
+	f.Seq, f.Request = lt.seq, lt.req
+	lt.frames = append(lt.frames, f)
+	if f.Type == FrameDone {
+		lt.ended = true
+	}
+	lt.mu.Unlock()
+	if c := lt.r.current(); c != nil && c.send(f) == nil {
+		lt.mu.Lock()
+		lt.sent = max(lt.sent, f.Seq)
+		lt.mu.Unlock()
+	}
+}
+
+// reattach resends on c the frames after t.After (the bridge is back, or
+// a new leader adopts the turn).
+func (lt *localTurn) reattach(c *rconn, t Turn) {
+	lt.mu.Lock()
+	if t.MCPToken != "" {
+		lt.token = t.MCPToken
+	}
+	var resend []Frame
+	for _, f := range lt.frames {
+		switch {
+		case !t.Adopt && f.Seq > t.After,
+			t.Adopt && (f.Seq > lt.sent || f.Type == FrameDone || (f.Type == FrameCall && lt.replies[f.Event.ID] != nil)):
+			resend = append(resend, f)
+		}
+	}
+	lt.mu.Unlock()
+	lt.r.o.Log.Info("runner: turn re-attached", "request_id", lt.req, "resent", len(resend))
+	for _, f := range resend {
+		if c.send(f) != nil {
+			return
+		}
+	}
+}
+
+func (lt *localTurn) finished() bool {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	return lt.ended
+}
+
+// control carries out a cancel, a drain or a call's reply.
+func (lt *localTurn) control(f Frame) {
+	switch f.Type {
+	case FrameCancel:
+		lt.cOnce.Do(func() { close(lt.cancel) })
+	case FrameDrain:
+		lt.dOnce.Do(func() { close(lt.drain) })
+	case FrameReply:
+		if f.Response == nil {
+			return
+		}
+		lt.mu.Lock()
+		ch := lt.replies[f.Response.ID]
+		delete(lt.replies, f.Response.ID)
+		lt.mu.Unlock()
+		if ch != nil {
+			ch <- *f.Response
+		}
+	}
+}
+
+// bridgeToken is the turn's tool token at the bridge.
+func (lt *localTurn) bridgeToken() string {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	return lt.token
+}
+
+// localSink is the agents.Sink of a turn on the runner: every report
+// becomes a frame to the bridge.
+type localSink struct{ lt *localTurn }
+
+func (s *localSink) Session(_ context.Context, id string) error {
+	s.lt.emit(Frame{Type: FrameEvent, Event: &agents.TurnEvent{Type: agents.EventSession, ID: id}})
+	return nil
+}
+
+func (s *localSink) Tool(_ context.Context, phase, name string) error {
+	s.lt.emit(Frame{Type: FrameEvent, Event: &agents.TurnEvent{Type: agents.EventTool, Phase: phase, Name: name}})
+	return nil
+}
+
+func (s *localSink) Progress(_ context.Context, percent int, text string) error {
+	s.lt.emit(Frame{Type: FrameEvent, Event: &agents.TurnEvent{Type: agents.EventProgress, Percent: percent, Text: text}})
+	return nil
+}
+
+func (s *localSink) Message(_ context.Context, text string) error {
+	s.lt.emit(Frame{Type: FrameEvent, Event: &agents.TurnEvent{Type: agents.EventMessage, Text: text}})
+	return nil
+}
+
+// Call sends the call to the bridge and waits for its reply.
+func (s *localSink) Call(ctx context.Context, ev agents.TurnEvent) agents.Response {
+	ch := make(chan agents.Response, 1)
+	s.lt.mu.Lock()
+	s.lt.replies[ev.ID] = ch
+	s.lt.mu.Unlock()
+	s.lt.emit(Frame{Type: FrameCall, Event: &ev})
+	select {
+	case resp := <-ch:
+		return resp
+	case <-ctx.Done():
+		return agents.Response{ID: ev.ID, Error: "the turn ended"}
+	}
+}

@@ -1,0 +1,113 @@
+// Package runners hosts agents on other machines (docs/runners.md): the
+// wire protocol between the bridge and `bridge runner` (gRPC bidirectional
+// streaming with a JSON codec, no codegen), the bridge's side (Hub: runner
+// tokens, connections, which runner hosts which agent, heartbeats and the
+// grace; Runtime: the agents.Runtime of a runner-hosted agent) and the
+// runner's side (Runner: connects out, runs the turns locally, serves the
+// agent tools on localhost).
+package runners
+
+import (
+	"encoding/json"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+
+	"github.com/roombridge/roombridge/agents"
+)
+
+// Frame types (see docs/runners.md).
+const (
+	FrameHello     = "hello"     // r→b: runner, agents, live
+	FrameWelcome   = "welcome"   // b→r: heartbeat
+	FrameHeartbeat = "heartbeat" // both ways
+	FrameTurn      = "turn"      // b→r: run (or re-attach to) a turn
+	FrameEvent     = "event"     // r→b: session, tool, progress, message
+	FrameCall      = "call"      // r→b: an exec-protocol call
+	FrameReply     = "reply"     // b→r: the answer to a call
+	FrameCancel    = "cancel"    // b→r: Turn.Cancel closed
+	FrameDrain     = "drain"     // b→r: Turn.Drain closed
+	FrameDone      = "done"      // r→b: the turn ended
+	FrameAck       = "ack"       // b→r: the done frame was applied; forget the turn
+)
+
+// Frame is one message on the stream, either way.
+type Frame struct {
+	Type string `json:"type"`
+	// Runner and Agents: the hello's runner name and the agents it hosts;
+	// Live the requests whose turn is still alive on it.
+	Runner string `json:"runner,omitempty"`
+	// Instance names one run of the runner process: a reconnect of the
+	// same instance replaces its connection; another is refused.
+	Instance string   `json:"instance,omitempty"`
+	Agents   []string `json:"agents,omitempty"`
+	Live     []string `json:"live,omitempty"`
+	// Heartbeat is the period both sides send heartbeats at (welcome).
+	Heartbeat time.Duration `json:"heartbeat,omitempty"`
+	// Request is the request the frame is about; Seq the frame's number
+	// within its turn (event, call, done).
+	Request string `json:"request,omitempty"`
+	Seq     int    `json:"seq,omitempty"`
+	Turn    *Turn  `json:"turn,omitempty"`
+	// Event is an event or a call (its ID names the call).
+	Event    *agents.TurnEvent `json:"event,omitempty"`
+	Response *agents.Response  `json:"response,omitempty"`
+	Outcome  *agents.Outcome   `json:"outcome,omitempty"`
+	// Error is a failed turn's reason; Interrupted: it was cut by a drain.
+	Error       string `json:"error,omitempty"`
+	Interrupted bool   `json:"interrupted,omitempty"`
+}
+
+// Turn is an agents.Turn on the wire (without its channels), with the
+// turn's tool token and the last frame the bridge applied.
+type Turn struct {
+	RequestID string         `json:"request_id"`
+	Agent     string         `json:"agent"`
+	Session   string         `json:"session,omitempty"`
+	Resumed   bool           `json:"resumed,omitempty"`
+	Input     []agents.Input `json:"input,omitempty"`
+	MCPToken  string         `json:"mcp_token,omitempty"`
+	// After is the last Seq the bridge applied: a live turn resends the
+	// frames after it; a new one numbers its frames from it. Adopt: this
+	// bridge never had the turn (a new leader): a live turn resends only
+	// what no bridge may have seen (frames it could not send, calls not
+	// answered, its end).
+	After int  `json:"after,omitempty"`
+	Adopt bool `json:"adopt,omitempty"`
+}
+
+// codec is gRPC's codec for Frame: JSON (content subtype "json").
+type codec struct{}
+
+func (codec) Marshal(v any) ([]byte, error)   { return json.Marshal(v) }
+func (codec) Unmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+func (codec) Name() string                    { return codecName }
+
+const codecName = "json"
+
+func init() { encoding.RegisterCodec(codec{}) }
+
+// connectServer is what the service's handler is registered on.
+type connectServer interface {
+	connect(stream grpc.ServerStream) error
+}
+
+// ServiceName and connectMethod name the runner service on the wire.
+const (
+	ServiceName   = "roombridge.runner.v1.Runner"
+	connectMethod = "/" + ServiceName + "/Connect"
+)
+
+var serviceDesc = grpc.ServiceDesc{
+	ServiceName: ServiceName,
+	HandlerType: (*connectServer)(nil),
+	Streams: []grpc.StreamDesc{{
+		StreamName:    "Connect",
+		ServerStreams: true,
+		ClientStreams: true,
+		Handler: func(srv any, stream grpc.ServerStream) error {
+			return srv.(connectServer).connect(stream)
+		},
+	}},
+}

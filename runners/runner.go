@@ -1,0 +1,263 @@
+package runners
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/url"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/roombridge/roombridge/agents"
+)
+
+// RunnerOptions configure `bridge runner`.
+type RunnerOptions struct {
+	Name string
+	// URLs are the bridges, tried in order until one leads.
+	URLs  []string
+	Token string
+	// Agents are the runtimes of the agents this runner hosts.
+	Agents map[string]agents.Runtime
+	// TLS is the client config of https URLs (nil: system roots).
+	TLS *tls.Config
+	Log *slog.Logger
+	// Retry is the pause between rounds of URLs (default 1s).
+	Retry time.Duration
+}
+
+// ErrRefused wraps a refusal that retrying does not cure (a revoked
+// token, an agent hosted elsewhere): the runner stops.
+var ErrRefused = errors.New("refused by the bridge")
+
+// Runner is the runner's side: it connects out to the bridge, runs the
+// turns it is given as local processes and keeps them across reconnects.
+type Runner struct {
+	o        RunnerOptions
+	instance string
+	mcp      *mcpProxy
+
+	// life is Run's context: the turns' processes live under it, not under
+	// one connection's.
+	life context.Context
+
+	mu    sync.Mutex
+	cur   *rconn
+	turns map[string]*localTurn
+}
+
+// rconn is one connection to a bridge.
+type rconn struct {
+	stream grpc.ClientStream
+	base   string // the bridge's URL
+	sendMu sync.Mutex
+}
+
+func (c *rconn) send(f Frame) error {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	return c.stream.SendMsg(&f)
+}
+
+// NewRunner builds a runner; Run connects it.
+func NewRunner(o RunnerOptions) (*Runner, error) {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Retry <= 0 {
+		o.Retry = time.Second
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	r := &Runner{o: o, instance: hex.EncodeToString(b[:]), turns: map[string]*localTurn{}}
+	var err error
+	if r.mcp, err = newMCPProxy(r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Run keeps the runner connected until ctx ends or the bridge refuses it
+// for good (ErrRefused). Turns keep running while it reconnects.
+func (r *Runner) Run(ctx context.Context) error {
+	defer r.mcp.close()
+	r.life = ctx
+	for {
+		for _, u := range r.o.URLs {
+			err := r.session(ctx, u)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, ErrRefused) {
+				return err
+			}
+			r.o.Log.Warn("runner: connection ended; trying the next bridge", "url", u, "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(r.o.Retry):
+		}
+	}
+}
+
+// dial opens the stream to the bridge at u.
+func (r *Runner) dial(ctx context.Context, u string) (*grpc.ClientConn, grpc.ClientStream, error) {
+	pu, err := url.Parse(u)
+	if err != nil || pu.Host == "" {
+		return nil, nil, fmt.Errorf("runner: bridge URL %q: want http://host:port or https://host:port", u)
+	}
+	creds := insecure.NewCredentials()
+	if pu.Scheme == "https" {
+		creds = credentials.NewTLS(r.o.TLS)
+	}
+	cc, err := grpc.NewClient("passthrough:///"+pu.Host, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, nil, fmt.Errorf("runner: dial %s: %w", u, err)
+	}
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+r.o.Token)
+	st, err := cc.NewStream(ctx, &serviceDesc.Streams[0], connectMethod, grpc.CallContentSubtype(codecName))
+	if err != nil {
+		_ = cc.Close()
+		return nil, nil, fmt.Errorf("runner: connect %s: %w", u, err)
+	}
+	return cc, st, nil
+}
+
+// session is one connection: hello, welcome, then frames until it breaks.
+func (r *Runner) session(ctx context.Context, u string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cc, st, err := r.dial(ctx, u)
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	c := &rconn{stream: st, base: u}
+	r.mu.Lock()
+	live := slices.Sorted(maps.Keys(r.turns))
+	r.mu.Unlock()
+	names := slices.Sorted(maps.Keys(r.o.Agents))
+	if err := c.send(Frame{Type: FrameHello, Runner: r.o.Name, Instance: r.instance, Agents: names, Live: live}); err != nil {
+		return refusal(err, st)
+	}
+	var welcome Frame
+	if err := st.RecvMsg(&welcome); err != nil {
+		return refusal(err, nil)
+	}
+	r.o.Log.Info("runner connected", "url", u, "agents", len(names), "live", len(live))
+	r.mu.Lock()
+	r.cur = c
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		if r.cur == c {
+			r.cur = nil
+		}
+		r.mu.Unlock()
+	}()
+	beat := welcome.Heartbeat
+	if beat <= 0 {
+		beat = DefaultHeartbeat
+	}
+	return r.serve(ctx, c, beat)
+}
+
+// refusal turns a stream error into ErrRefused when retrying cannot help.
+func refusal(err error, _ grpc.ClientStream) error {
+	switch status.Code(err) {
+	case codes.Unauthenticated, codes.PermissionDenied, codes.AlreadyExists, codes.InvalidArgument:
+		return fmt.Errorf("%w: %s", ErrRefused, status.Convert(err).Message())
+	}
+	return err
+}
+
+// serve reads the bridge's frames and sends heartbeats; a bridge silent
+// for three heartbeats is taken as gone.
+func (r *Runner) serve(ctx context.Context, c *rconn, beat time.Duration) error {
+	frames := make(chan Frame)
+	errs := make(chan error, 1)
+	go func() {
+		for {
+			var f Frame
+			if err := c.stream.RecvMsg(&f); err != nil {
+				errs <- refusal(err, nil)
+				return
+			}
+			select {
+			case frames <- f:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	t := time.NewTicker(beat)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-errs:
+			return err
+		case f := <-frames:
+			last = time.Now()
+			r.handle(ctx, c, f)
+		case <-t.C:
+			if time.Since(last) > 3*beat {
+				return errors.New("runner: the bridge is silent")
+			}
+			if err := c.send(Frame{Type: FrameHeartbeat}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// handle acts on one frame of the bridge.
+func (r *Runner) handle(ctx context.Context, c *rconn, f Frame) {
+	r.mu.Lock()
+	lt := r.turns[f.Request]
+	r.mu.Unlock()
+	switch f.Type {
+	case FrameTurn:
+		if f.Turn == nil {
+			return
+		}
+		if lt != nil {
+			lt.reattach(c, *f.Turn)
+			return
+		}
+		r.start(r.life, c, *f.Turn)
+	case FrameCancel, FrameDrain, FrameReply:
+		if lt != nil {
+			lt.control(f)
+		}
+	case FrameAck:
+		r.mu.Lock()
+		if lt != nil && lt.finished() {
+			delete(r.turns, f.Request)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// current is the connection frames go out on (nil while away).
+func (r *Runner) current() *rconn {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cur
+}

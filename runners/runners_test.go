@@ -1,0 +1,184 @@
+package runners_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/agents/process"
+	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/core/coretest"
+	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/runners"
+)
+
+const bridgeConfig = `
+owner: acme
+owners: [console:you]
+data_dir: %DIR%
+rooms:
+  - {name: main, console: true, agents: [coder], approvers: [console:you]}
+agents:
+  coder: {kind: runner, runner: laptop}
+runners: {grace: 30s, heartbeat: 1s}
+`
+
+// agentScript is an exec-protocol agent: one message, then a final answer.
+const agentScript = `read turn; echo '{"type":"session","id":"s-1"}'; echo '{"type":"message","text":"working on the runner"}'; echo '{"type":"final","text":"all good"}'`
+
+func startBridge(t *testing.T) *coretest.Bridge {
+	t.Helper()
+	return coretest.Start(t, coretest.Options{Config: bridgeConfig, Dir: t.TempDir(), Surfaces: []string{chat.Console}, HoldOutbox: true})
+}
+
+// runner starts runner name with token against b; the returned channel
+// gives Run's error.
+func runner(t *testing.T, b *coretest.Bridge, name, token string) <-chan error {
+	t.Helper()
+	r, err := runners.NewRunner(runners.RunnerOptions{Name: name, URLs: []string{b.URL}, Token: token,
+		Agents: map[string]agents.Runtime{"coder": &process.Runtime{Kind: process.Exec, Command: []string{"sh", "-c", agentScript}}},
+		Retry:  20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errs, done := make(chan error, 1), make(chan struct{})
+	go func() { errs <- r.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return errs
+}
+
+func waitConnected(t *testing.T, b *coretest.Bridge, name string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		st, err := b.Runners().Statuses(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range st {
+			if s.Name == name && s.Connected {
+				return
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("runner %s never connected", name)
+}
+
+// TestTurnRunsOnRunner: a request for a runner-hosted agent runs on the
+// runner (a process it starts) and its answer lands in the bridge.
+func TestTurnRunsOnRunner(t *testing.T) {
+	b := startBridge(t)
+	ctx := context.Background()
+	tok, err := runners.Add(ctx, b.DB, time.Now(), "laptop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner(t, b, "laptop", tok)
+	waitConnected(t, b, "laptop")
+	r, err := b.Requests().Create(ctx, requests.Ask{Agent: "coder", Room: "main", Surface: chat.Console, User: "console:you", Text: "go"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := b.Requests().Get(ctx, r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State == requests.Done {
+			if got.Result != "all good" || got.Session != "s-1" {
+				t.Fatalf("result %q session %q, want the runner agent's answer and session", got.Result, got.Session)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("request %s is %s, want done", r.ID, got.State)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestSecondRunnerRefused: a second runner process claiming the same
+// agents is refused, clearly; the first stays connected.
+func TestSecondRunnerRefused(t *testing.T) {
+	b := startBridge(t)
+	tok, err := runners.Add(context.Background(), b.DB, time.Now(), "laptop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner(t, b, "laptop", tok)
+	waitConnected(t, b, "laptop")
+	err = waitErr(t, runner(t, b, "laptop", tok))
+	if !errors.Is(err, runners.ErrRefused) || !strings.Contains(err.Error(), "already connected") {
+		t.Fatalf("second runner: %v, want refused as already connected", err)
+	}
+	waitConnected(t, b, "laptop")
+}
+
+// TestRevokedTokenRefused: revoking closes the runner's connection and
+// the runner stops, refused; an unknown token is refused at once.
+func TestRevokedTokenRefused(t *testing.T) {
+	b := startBridge(t)
+	tok, err := runners.Add(context.Background(), b.DB, time.Now(), "laptop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := runner(t, b, "laptop", tok)
+	waitConnected(t, b, "laptop")
+	if err := b.Runners().Revoke(context.Background(), "laptop"); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitErr(t, errs); !errors.Is(err, runners.ErrRefused) || !strings.Contains(err.Error(), "revoked") {
+		t.Fatalf("revoked runner: %v, want refused: token revoked", err)
+	}
+	if err := waitErr(t, runner(t, b, "laptop", tok)); !errors.Is(err, runners.ErrRefused) {
+		t.Fatalf("reconnect with a revoked token: %v, want refused", err)
+	}
+}
+
+func waitErr(t *testing.T, errs <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-errs:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("the runner did not stop")
+		return nil
+	}
+}
+
+// TestMetricsAndList: /metrics counts the connected runner and its agent;
+// Statuses shows it connected with a last contact.
+func TestMetricsAndList(t *testing.T) {
+	b := startBridge(t)
+	tok, err := runners.Add(context.Background(), b.DB, time.Now(), "laptop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner(t, b, "laptop", tok)
+	waitConnected(t, b, "laptop")
+	st, err := b.Runners().Statuses(context.Background())
+	if err != nil || len(st) != 1 || st[0].LastContact.IsZero() || !slices.Equal(st[0].Agents, []string{"coder"}) {
+		t.Fatalf("statuses %+v %v, want laptop connected with coder and a last contact", st, err)
+	}
+	resp, err := http.Get(b.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	for _, want := range []string{"roombridge_runners_connected 1", "roombridge_runner_agents_hosted 1",
+		`roombridge_runner_turns_in_flight{runner="laptop"} 0`, "roombridge_runner_reconnects_total 0"} {
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("metrics lack %q:\n%s", want, body)
+		}
+	}
+}
