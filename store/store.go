@@ -14,8 +14,6 @@ var (
 	ErrNotFound = errors.New("store: not found")
 	// ErrStop, returned by a Scan callback, ends the scan without error.
 	ErrStop = errors.New("store: stop")
-	// ErrFenced: this instance lost leadership; the write was refused.
-	ErrFenced = errors.New("store: fenced: this instance is no longer the leader")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("store: closed")
 )

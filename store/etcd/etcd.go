@@ -74,9 +74,9 @@ const scanPage = 256
 // never happens.
 const maxConflictRetries = 3
 
-// ErrTooLarge: one Update's writes do not fit in a single etcd transaction
+// ErrTooLarge (wraps store.ErrTooLarge): one Update's writes do not fit in a single etcd transaction
 // (max-txn-ops or the request size limit). Nothing was written.
-var ErrTooLarge = errors.New("store: etcd: transaction too large for one etcd Txn")
+var ErrTooLarge = fmt.Errorf("store: etcd: %w for one etcd Txn", store.ErrTooLarge)
 
 // Fence tells the store which leadership term its writes belong to. It is
 // implemented by election.Leadership.
