@@ -33,6 +33,7 @@ type Config struct {
 	HA         *HA              `yaml:"ha"`
 	Log        Log              `yaml:"log"`
 	Shutdown   Shutdown         `yaml:"shutdown"`
+	Limits     Limits           `yaml:"limits"`
 	// SecretEnv names the environment variables the file expanded into a
 	// secret key (${SLACK_BOT_TOKEN}); agent processes do not get them.
 	SecretEnv []string `yaml:"-"`
@@ -370,6 +371,7 @@ func (c *Config) setDefaults() {
 	if c.Shutdown.Grace == 0 {
 		c.Shutdown.Grace = DefaultGrace
 	}
+	c.Limits.setDefaults()
 	if c.Console != nil && c.Console.User == "" {
 		c.Console.User = defaultConsoleWho
 	}
@@ -496,6 +498,9 @@ func (c *Config) Validate() error {
 		return keyErr("log.level", "unknown level %q (want debug, info, warn or error)", c.Log.Level)
 	}
 	if err := CheckLogFormat(c.Log.Format); err != nil {
+		return err
+	}
+	if err := c.Limits.validate(); err != nil {
 		return err
 	}
 	if c.Shutdown.Grace < 0 {

@@ -137,6 +137,7 @@ func New(ctx context.Context, o Options) (*Bridge, error) {
 		}
 	}
 	b.svc = requests.NewService(o.Store, o.Clock, cfg.Owner, cfg.Owners)
+	b.svc.SetMaxBytes(cfg.Limits.RequestBytes)
 	if err := b.services(ctx); err != nil {
 		return nil, err
 	}

@@ -57,6 +57,7 @@ type Service struct {
 	owners    map[string]bool
 	observers []Observer
 	names     []string // of observers, in order
+	maxBytes  int      // of each text a request carries (MaxBytes)
 }
 
 // NewService returns the service of one owner. owners are the identities
@@ -134,6 +135,9 @@ func (s *Service) createTx(tx store.Tx, a Ask, refs []ID, inherit bool) (*Reques
 	now := s.clock.Now().UTC()
 	if a.Agent == "" || a.User == "" || a.Surface == "" {
 		return nil, errors.New("requests: create: agent, user and surface are required")
+	}
+	if err := s.checkAsk(a.Text); err != nil {
+		return nil, err
 	}
 	if a.EventKey != "" {
 		fresh, err := store.Dedupe(tx, "ask:"+a.EventKey, now, dedupeTTL)

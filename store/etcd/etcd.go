@@ -308,9 +308,12 @@ func (s *Store) txn(g *group, fenceKey string, fenceRev int64) error {
 	resp, err := s.cli.Txn(g.ctx).If(cmps...).Then(ops...).Else(orElse...).Commit()
 	if err != nil {
 		if g.ctx.Err() != nil {
-			return fmt.Errorf("store: etcd: commit: outcome unknown: %w", err)
+			// Not answered in time: the Txn may or may not have committed.
+			// The store is unavailable (a caller retries; the writes of
+			// this store's callers are idempotent at that point).
+			return fmt.Errorf("store: etcd: commit: outcome unknown: %w: %w", store.ErrUnavailable, err)
 		}
-		return fmt.Errorf("store: etcd: commit: %w", err)
+		return wrap("commit", err)
 	}
 	if resp.Succeeded {
 		return nil
