@@ -109,6 +109,10 @@ type HA struct {
 	// AuditRetention is how long audit records stay in etcd (default 90
 	// days); the leader prunes older ones hourly.
 	AuditRetention time.Duration `yaml:"audit_retention"`
+	// KeepAlive is how often the etcd client pings an idle connection
+	// (default DefaultKeepAlive); etcd drops clients that ping more often
+	// than its --grpc-keepalive-min-time (5s by default).
+	KeepAlive time.Duration `yaml:"keepalive"`
 }
 
 // Log configures logging (to stderr).
@@ -343,6 +347,8 @@ const (
 	DefaultLeaseTTL   = 5 * time.Second
 	DefaultHAPrefix   = "/roombridge"
 	DefaultRetention  = 90 * 24 * time.Hour
+	DefaultKeepAlive  = 10 * time.Second
+	minKeepAlive      = 5 * time.Second
 	DefaultGrace      = 30 * time.Second
 	DefaultLogFormat  = "text"
 	defaultTokenFile  = "api.token"
@@ -399,6 +405,9 @@ func (c *Config) setDefaults() {
 		}
 		if c.HA.AuditRetention == 0 {
 			c.HA.AuditRetention = DefaultRetention
+		}
+		if c.HA.KeepAlive == 0 {
+			c.HA.KeepAlive = DefaultKeepAlive
 		}
 	}
 }
@@ -484,6 +493,9 @@ func (c *Config) Validate() error {
 		}
 		if h.LeaseTTL < time.Second {
 			return keyErr("ha.lease_ttl", "%v is too short (want at least 1s; etcd's minimum is 2s with default ticks)", h.LeaseTTL)
+		}
+		if h.KeepAlive != 0 && h.KeepAlive < minKeepAlive {
+			return keyErr("ha.keepalive", "%v is too short (want at least %v: etcd drops clients that ping more often)", h.KeepAlive, minKeepAlive)
 		}
 		if !strings.HasPrefix(h.Prefix, "/") || strings.HasSuffix(h.Prefix, "/") {
 			return keyErr("ha.prefix", "%q: want a path like /roombridge", h.Prefix)

@@ -88,6 +88,11 @@ type Fence interface {
 	// Lost is called when etcd refused a write because the election key of
 	// term rev is gone or was replaced: that term is over.
 	Lost(key string, rev int64)
+	// Unsure reports, while no term is led, that whether this instance
+	// leads cannot be told (its last term ended because etcd could not be
+	// reached): writes are then refused with store.ErrUnavailable (retry),
+	// not store.ErrFenced.
+	Unsure() bool
 }
 
 // Options configure a Store.
@@ -187,8 +192,12 @@ func (s *Store) commit(batch []*store.Call) {
 			var ok bool
 			if fenceKey, fenceRev, ok = f.Term(); !ok {
 				cancel()
+				refusal := fmt.Errorf("store: etcd: update: %w", store.ErrFenced)
+				if f.Unsure() {
+					refusal = fmt.Errorf("store: etcd: update: leadership unknown since etcd was unreachable: %w", store.ErrUnavailable)
+				}
 				for _, c := range batch {
-					c.Done(fmt.Errorf("store: etcd: update: %w", store.ErrFenced))
+					c.Done(refusal)
 				}
 				return
 			}

@@ -159,6 +159,7 @@ type keyFence struct {
 }
 
 func (f *keyFence) Term() (string, int64, bool) { return f.key, f.rev, f.lost.Load() == 0 }
+func (f *keyFence) Unsure() bool                { return false }
 func (f *keyFence) Lost(key string, rev int64) {
 	if key == f.key {
 		f.lost.Store(rev)
