@@ -168,6 +168,21 @@ func (l *Leadership) Run(ctx context.Context, lead func(context.Context) error) 
 	return nil
 }
 
+// stillHeld reports, when a term's session ended, whether etcd could not
+// tell that the term is over: it does not answer (within a second), or it
+// still holds the term's key (the lease outlived this client's contact with
+// etcd, as during an etcd leader election). False: the key is gone or
+// replaced, another instance may lead.
+func (l *Leadership) stillHeld(key string, rev int64) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	resp, err := l.o.Client.Get(ctx, key)
+	if err != nil {
+		return true
+	}
+	return len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == rev
+}
+
 // observe clears Unsure once etcd answers that another session leads.
 func (l *Leadership) observe(ctx context.Context, sess *concurrency.Session, e *concurrency.Election) {
 	octx, cancel := context.WithTimeout(ctx, max(l.o.TTL, time.Second))
@@ -254,7 +269,7 @@ func (l *Leadership) term(ctx context.Context, sess *concurrency.Session, e *con
 	go func() {
 		select {
 		case <-sess.Done():
-			l.stop(key, rev, "the session ended (lease expired or etcd unreachable)", true)
+			l.stop(key, rev, "the session ended (lease expired or etcd unreachable)", l.stillHeld(key, rev))
 		case <-ctx.Done():
 			l.stop(key, rev, "shutting down", false)
 		case <-tctx.Done():
