@@ -110,7 +110,7 @@ func TestTooLargeIsRefused(t *testing.T) {
 		}
 		return nil
 	})
-	if !errors.Is(err, etcd.ErrTooLarge) {
+	if !errors.Is(err, etcd.ErrTooLarge) || !errors.Is(err, store.ErrTooLarge) {
 		t.Fatalf("Update of 20 writes with max 16 ops: %v, want ErrTooLarge", err)
 	}
 	_ = s.View(ctx, func(tx store.Tx) error {
