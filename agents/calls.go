@@ -340,6 +340,7 @@ func refusedTx(tx store.Tx, svc *requests.Service, r *requests.Request, detail s
 // refusal is returned and audited in the same transaction, and nothing
 // changes. err is a store error.
 func (s *Scheduler) progress(ctx context.Context, id requests.ID, percent int, text string) (refusal string, err error) {
+	text = s.svc.Clip(text)
 	err = s.durably(ctx, func() error {
 		return s.svc.Store().Update(ctx, func(tx store.Tx) error {
 			refusal = ""
