@@ -59,6 +59,9 @@ func (s *Service) Clip(text string) string {
 		return text
 	}
 	note := fmt.Sprintf("\n[cut: %d bytes, over %s = %d]", len(text), LimitKey, n)
+	if len(note) >= n/2 {
+		return clip.Text(text, n, clip.Bytes) // a bound too small for the note
+	}
 	return clip.Text(text, n-len(note), clip.Bytes) + note
 }
 
