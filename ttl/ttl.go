@@ -257,7 +257,7 @@ func (s *Sweeper) sweep(ctx context.Context, e Expirer, now time.Time, res *Resu
 					if firstErr == nil {
 						firstErr = err
 					}
-					if errors.Is(err, store.ErrFenced) {
+					if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrUnavailable) { // the rest would fail too
 						cancel()
 					}
 					if ctx.Err() == nil {
