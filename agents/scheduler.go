@@ -280,6 +280,14 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 			// Changed under us (e.g. cancelled as it was picked): re-read.
 			return nil
 		}
+		if errors.Is(err, store.ErrTooLarge) {
+			// The turn can never be recorded (its input is too large for
+			// one transaction): fail the request, not the agent's queue.
+			reason := "the turn could not be started: " + err.Error()
+			return s.settle(ctx, j.r.ID, j.input, func(ctx context.Context) error {
+				return s.end(ctx, j.r.ID, requests.Fail, reason, "", j.input)
+			})
+		}
 		return fmt.Errorf("agents: start %s: %w", j.r.ID, err)
 	}
 	failpoint.Hit(failpoint.TurnStarted) // the turn is recorded; its agent has not run
