@@ -340,23 +340,26 @@ func refusedTx(tx store.Tx, svc *requests.Service, r *requests.Request, detail s
 // refusal is returned and audited in the same transaction, and nothing
 // changes. err is a store error.
 func (s *Scheduler) progress(ctx context.Context, id requests.ID, percent int, text string) (refusal string, err error) {
-	err = s.svc.Store().Update(ctx, func(tx store.Tx) error {
-		refusal = ""
-		r, err := s.svc.GetTx(tx, id)
-		if err != nil {
+	text = s.svc.Clip(text)
+	err = s.durably(ctx, func() error {
+		return s.svc.Store().Update(ctx, func(tx store.Tx) error {
+			refusal = ""
+			r, err := s.svc.GetTx(tx, id)
+			if err != nil {
+				return err
+			}
+			switch {
+			case percent < 0 || percent > 100:
+				refusal = fmt.Sprintf("progress %d is outside 0-100", percent)
+			case r.State != requests.Running:
+				refusal = fmt.Sprintf("%s is %s, not running", r.ID, r.State)
+			}
+			if refusal != "" {
+				return refusedTx(tx, s.svc, r, EventProgress+": "+refusal)
+			}
+			_, err = s.svc.UpdateTx(tx, id, "agent", "", "", func(r *requests.Request) { r.Progress, r.Activity = percent, text })
 			return err
-		}
-		switch {
-		case percent < 0 || percent > 100:
-			refusal = fmt.Sprintf("progress %d is outside 0-100", percent)
-		case r.State != requests.Running:
-			refusal = fmt.Sprintf("%s is %s, not running", r.ID, r.State)
-		}
-		if refusal != "" {
-			return refusedTx(tx, s.svc, r, EventProgress+": "+refusal)
-		}
-		_, err = s.svc.UpdateTx(tx, id, "agent", "", "", func(r *requests.Request) { r.Progress, r.Activity = percent, text })
-		return err
+		})
 	})
 	if err != nil {
 		return "", fmt.Errorf("agents: progress of %s: %w", id, err)

@@ -91,6 +91,7 @@ func ReplyEvent(ctx context.Context, svc *requests.Service, id requests.ID, user
 	if text == "" {
 		return false, errors.New("agents: reply: the reply is empty")
 	}
+	text = svc.Clip(text) // a reply is a message of the request: cut to its bound
 	delivered := false
 	err := svc.Store().Update(ctx, func(tx store.Tx) error {
 		delivered = false

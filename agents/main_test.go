@@ -28,7 +28,9 @@ import (
 	"github.com/roombridge/roombridge/rooms"
 	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/store/bolt"
+	"github.com/roombridge/roombridge/store/etcd"
 	"github.com/roombridge/roombridge/threads"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // The test binary doubles as the agent processes the tests start:
@@ -144,8 +146,11 @@ const (
 type env struct {
 	t      *testing.T
 	ctx    context.Context
-	db     *bolt.DB
+	db     store.Store
 	path   string
+	etcd   *clientv3.Client // set: the store is etcd (newEtcdEnv), else bolt
+	maxTxn int              // etcd's max bytes of one transaction (0: default)
+	slog   *slog.Logger     // the scheduler's log (nil: none)
 	svc    *requests.Service
 	th     *threads.Threads
 	appr   *approvals.Service
@@ -156,11 +161,15 @@ type env struct {
 	stop func()
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvOn(t, nil, 0) }
+
+// newEnvOn is newEnv on the etcd of cli (nil: bolt), whose transactions
+// hold at most maxTxn bytes (0: the store's default).
+func newEnvOn(t *testing.T, cli *clientv3.Client, maxTxn int) *env {
 	t.Helper()
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &env{t: t, ctx: ctx, path: filepath.Join(dir, "bridge.db"), log: filepath.Join(dir, "demo.log")}
+	e := &env{t: t, ctx: ctx, path: filepath.Join(dir, "bridge.db"), log: filepath.Join(dir, "demo.log"), etcd: cli, maxTxn: maxTxn}
 	e.open()
 	t.Cleanup(func() {
 		cancel()
@@ -173,7 +182,13 @@ func newEnv(t *testing.T) *env {
 // open opens the store and builds the core on it (again after close: a
 // restart).
 func (e *env) open() {
-	db, err := bolt.Open(e.path)
+	var db store.Store
+	var err error
+	if e.etcd != nil {
+		db, err = etcd.New(e.etcd, etcd.Options{Prefix: "/agents", Timeout: 300 * time.Millisecond, MaxTxnBytes: e.maxTxn})
+	} else {
+		db, err = bolt.Open(e.path)
+	}
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -197,7 +212,7 @@ func (e *env) exec() *process.Runtime {
 // start runs a scheduler over agents until the test ends (or stopScheduler).
 func (e *env) start(configure func(*agents.Scheduler), ags ...agents.Agent) {
 	e.t.Helper()
-	s := agents.NewScheduler(e.svc, e.th, nil, ags...)
+	s := agents.NewScheduler(e.svc, e.th, e.slog, ags...)
 	if configure != nil {
 		configure(s)
 	}

@@ -286,6 +286,14 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 			// Changed under us (e.g. cancelled as it was picked): re-read.
 			return nil
 		}
+		if errors.Is(err, store.ErrTooLarge) {
+			// The turn can never be recorded (its input is too large for
+			// one transaction): fail the request, not the agent's queue.
+			reason := "the turn could not be started: " + err.Error()
+			return s.settle(ctx, j.r.ID, j.input, func(ctx context.Context) error {
+				return s.end(ctx, j.r.ID, requests.Fail, reason, "", j.input)
+			})
+		}
 		return fmt.Errorf("agents: start %s: %w", j.r.ID, err)
 	}
 	failpoint.Hit(failpoint.TurnStarted) // the turn is recorded; its agent has not run
@@ -321,21 +329,28 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 		log.InfoContext(ctx, "turn interrupted by shutdown; will resume")
 		return nil
 	}
-	// The outcome is recorded even if shutdown began after it arrived.
-	ctx = context.WithoutCancel(ctx)
-	switch {
-	case err != nil:
-		log.WarnContext(ctx, "turn failed", "error", err)
-		return s.end(ctx, r.ID, requests.Fail, err.Error(), "", j.input)
-	case out.Stopped:
-		return s.end(ctx, r.ID, requests.Cancel, "", out.Final, j.input)
-	case out.Yielded:
-		return s.yield(ctx, r, out.Reason, j.input)
-	case out.YieldIfWaiting:
-		return s.finalOrWait(ctx, r, out.Final, j.input)
-	default:
-		return s.end(ctx, r.ID, requests.Finish, "", out.Final, j.input)
+	if err != nil && store.Transient(err) {
+		// The store failed under the turn (what it reported could not be
+		// written): the turn is cut, not failed; it resumes once the store
+		// is back.
+		log.WarnContext(ctx, "turn cut by a store error; will resume", "error", err)
+		return fmt.Errorf("agents: turn of %s: %w", r.ID, err)
 	}
+	return s.settle(ctx, r.ID, j.input, func(ctx context.Context) error {
+		switch {
+		case err != nil:
+			log.WarnContext(ctx, "turn failed", "error", err)
+			return s.end(ctx, r.ID, requests.Fail, err.Error(), "", j.input)
+		case out.Stopped:
+			return s.end(ctx, r.ID, requests.Cancel, "", out.Final, j.input)
+		case out.Yielded:
+			return s.yield(ctx, r, out.Reason, j.input)
+		case out.YieldIfWaiting:
+			return s.finalOrWait(ctx, r, out.Final, j.input)
+		default:
+			return s.end(ctx, r.ID, requests.Finish, "", out.Final, j.input)
+		}
+	})
 }
 
 // recordUsage adds what a turn cost to its request (audited: the export
@@ -433,7 +448,7 @@ func (s *Scheduler) park(ctx context.Context, r *requests.Request, waiting bool,
 		if err != nil || text == "" {
 			return err
 		}
-		return s.threads.Reply(tx, after, chat.Message{Kind: "reply", Text: text})
+		return s.threads.Reply(tx, after, chat.Message{Kind: "reply", Text: s.svc.Clip(text)})
 	})
 	return parked, err
 }
@@ -448,6 +463,7 @@ func (s *Scheduler) end(ctx context.Context, id requests.ID, ev requests.Event, 
 	for _, it := range got {
 		acked[it.key] = true
 	}
+	reason, result = s.svc.Clip(reason), s.svc.Clip(result)
 	return s.svc.Store().Update(ctx, func(tx store.Tx) error {
 		r, err := s.svc.GetTx(tx, id)
 		if err != nil {
@@ -564,97 +580,4 @@ func orNone(s string) string {
 		return "(none)"
 	}
 	return s
-}
-
-// sink records what the agent reports, through the store.
-type sink struct {
-	s      *Scheduler
-	id     requests.ID
-	r      *requests.Request // as the turn began: where its thread is (Live)
-	cancel <-chan struct{}   // the turn's cancel
-	// key, turn and resumed make the calls' idempotency keys: the
-	// request's store key, the turn's number, and whether it repeats a cut
-	// turn.
-	key     string
-	turn    int
-	resumed bool
-}
-
-func (k *sink) update(ctx context.Context, action, detail string, fn func(*requests.Request)) error {
-	return k.s.svc.Store().Update(ctx, func(tx store.Tx) error {
-		_, err := k.s.svc.UpdateTx(tx, k.id, "agent", action, detail, fn)
-		return err
-	})
-}
-
-func (k *sink) Session(ctx context.Context, id string) error {
-	return k.update(ctx, "session", id, func(r *requests.Request) { r.Session = id })
-}
-
-func (k *sink) Tool(ctx context.Context, phase, name string) error {
-	if k.s.Live != nil {
-		k.s.Live.Tool(k.r, phase, name)
-	}
-	return k.update(ctx, "", "", func(r *requests.Request) {
-		if phase == PhaseStart {
-			r.Activity = name
-		} else {
-			r.Activity = ""
-		}
-	})
-}
-
-// Progress records a progress report through the same code as the MCP
-// tool report_progress (Scheduler.Call); for an exec agent a refused report
-// is a protocol error that fails the turn.
-func (k *sink) Progress(ctx context.Context, percent int, text string) error {
-	refusal, err := k.s.progress(ctx, k.id, percent, text)
-	if err == nil && refusal != "" {
-		err = fmt.Errorf("%w: %s", ErrProtocol, refusal)
-	}
-	return err
-}
-
-func (k *sink) Message(ctx context.Context, text string) error {
-	err := k.s.svc.Store().Update(ctx, func(tx store.Tx) error {
-		r, err := k.s.svc.GetTx(tx, k.id)
-		if err != nil {
-			return err
-		}
-		return k.s.threads.Reply(tx, r, chat.Message{Kind: "reply", Text: text})
-	})
-	if err == nil && k.s.Live != nil {
-		k.s.Live.Said(k.r)
-	}
-	return err
-}
-
-// Delta implements LiveSink: in memory only (Scheduler.Live), never a
-// store write.
-func (k *sink) Delta(_ context.Context, text string) {
-	if k.s.Live != nil {
-		k.s.Live.Delta(k.r, text)
-	}
-}
-
-// Thinking implements LiveSink, like Delta.
-func (k *sink) Thinking(_ context.Context, text string) {
-	if k.s.Live != nil {
-		k.s.Live.Thinking(k.r, text)
-	}
-}
-
-// Call serves an agent's call through Scheduler.Call, with the call's
-// idempotency key (CallKey: the request, the turn's number, the call's id).
-// If the request's cancel was asked meanwhile, the answer waits until the
-// turn knows of the cancel, so that the agent hears of the cancel first.
-func (k *sink) Call(ctx context.Context, ev TurnEvent) Response {
-	resp := k.s.call(ctx, k.id, ev, newCallKey(k.key, k.turn, k.resumed, ev))
-	if r, err := k.s.svc.Get(ctx, k.id); err == nil && r.CancelRequested {
-		select {
-		case <-k.cancel:
-		case <-ctx.Done():
-		}
-	}
-	return resp
 }

@@ -35,6 +35,7 @@ type Config struct {
 	Log        Log              `yaml:"log"`
 	Shutdown   Shutdown         `yaml:"shutdown"`
 	Runners    Runners          `yaml:"runners"`
+	Limits     Limits           `yaml:"limits"`
 	// SecretEnv names the environment variables the file expanded into a
 	// secret key (${SLACK_BOT_TOKEN}); agent processes do not get them.
 	SecretEnv []string `yaml:"-"`
@@ -120,6 +121,10 @@ type HA struct {
 	// AuditRetention is how long audit records stay in etcd (default 90
 	// days); the leader prunes older ones hourly.
 	AuditRetention time.Duration `yaml:"audit_retention"`
+	// KeepAlive is how often the etcd client pings an idle connection
+	// (default DefaultKeepAlive); etcd drops clients that ping more often
+	// than its --grpc-keepalive-min-time (5s by default).
+	KeepAlive time.Duration `yaml:"keepalive"`
 }
 
 // Log configures logging.
@@ -359,6 +364,8 @@ const (
 	DefaultLeaseTTL   = 5 * time.Second
 	DefaultHAPrefix   = "/roombridge"
 	DefaultRetention  = 90 * 24 * time.Hour
+	DefaultKeepAlive  = 10 * time.Second
+	minKeepAlive      = 5 * time.Second
 	DefaultGrace      = 30 * time.Second
 	DefaultLogFormat  = "text"
 	defaultTokenFile  = "api.token"
@@ -387,6 +394,7 @@ func (c *Config) setDefaults() {
 	if c.Shutdown.Grace == 0 {
 		c.Shutdown.Grace = DefaultGrace
 	}
+	c.Limits.setDefaults()
 	if c.Console != nil && c.Console.User == "" {
 		c.Console.User = defaultConsoleWho
 	}
@@ -414,6 +422,9 @@ func (c *Config) setDefaults() {
 		}
 		if c.HA.AuditRetention == 0 {
 			c.HA.AuditRetention = DefaultRetention
+		}
+		if c.HA.KeepAlive == 0 {
+			c.HA.KeepAlive = DefaultKeepAlive
 		}
 	}
 }
@@ -506,6 +517,9 @@ func (c *Config) Validate() error {
 		if h.LeaseTTL < time.Second {
 			return keyErr("ha.lease_ttl", "%v is too short (want at least 1s; etcd's minimum is 2s with default ticks)", h.LeaseTTL)
 		}
+		if h.KeepAlive != 0 && h.KeepAlive < minKeepAlive {
+			return keyErr("ha.keepalive", "%v is too short (want at least %v: etcd drops clients that ping more often)", h.KeepAlive, minKeepAlive)
+		}
 		if !strings.HasPrefix(h.Prefix, "/") || strings.HasSuffix(h.Prefix, "/") {
 			return keyErr("ha.prefix", "%q: want a path like /roombridge", h.Prefix)
 		}
@@ -519,6 +533,9 @@ func (c *Config) Validate() error {
 		return keyErr("log.level", "unknown level %q (want debug, info, warn or error)", c.Log.Level)
 	}
 	if err := CheckLogFormat(c.Log.Format); err != nil {
+		return err
+	}
+	if err := c.Limits.validate(); err != nil {
 		return err
 	}
 	if c.Shutdown.Grace < 0 {

@@ -145,6 +145,7 @@ func New(ctx context.Context, o Options) (*Bridge, error) {
 	}
 	b.svc = requests.NewService(o.Store, o.Clock, cfg.Owner, cfg.Owners)
 	b.svc.SetQueueLimit(cfg.Requests.Queue())
+	b.svc.SetMaxBytes(cfg.Limits.RequestBytes)
 	if err := b.services(ctx); err != nil {
 		return nil, err
 	}

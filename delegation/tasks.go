@@ -367,7 +367,7 @@ func (s *Service) EndTaskTx(tx store.Tx, owner, id, state, reason, output string
 	if t.State != TaskRunning {
 		return false, nil
 	}
-	t.State, t.Reason, t.Output, t.Ended = state, reason, output, s.svc.Clock().Now().UTC()
+	t.State, t.Reason, t.Output, t.Ended = state, s.svc.Clip(reason), s.svc.Clip(output), s.svc.Clock().Now().UTC()
 	if err := s.putTask(tx, &t); err != nil {
 		return false, err
 	}
@@ -385,8 +385,8 @@ func (s *Service) EndTaskTx(tx store.Tx, owner, id, state, reason, output string
 		}
 	}
 	text := t.Line()
-	if output != "" {
-		text += "\noutput:\n" + output
+	if t.Output != "" {
+		text += "\noutput:\n" + t.Output
 	}
 	if err := audit.Append(tx, audit.Record{Time: t.Ended, RequestID: t.Request.String(), Actor: actor,
 		Action: "task_" + state, Detail: t.ID + " " + t.Name + " " + reason}); err != nil {

@@ -23,7 +23,7 @@ const benchTTL = 2 * time.Second
 // benchChild campaigns and prints "lead <unix ns>" when its term starts,
 // then holds the term until it is killed.
 func benchChild(endpoint string) int {
-	cli, err := etcd.NewClient([]string{endpoint})
+	cli, err := etcd.NewClient([]string{endpoint}, etcd.ClientOptions{})
 	if err != nil {
 		fmt.Println("error", err)
 		return 1

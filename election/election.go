@@ -65,6 +65,10 @@ type Leadership struct {
 	active bool
 	end    context.CancelFunc // ends the current term's work
 	cause  string             // why the current term ended
+	// unsure: the last term ended because its session did (etcd
+	// unreachable, or the lease expired), and no other leader is known
+	// since: whether this instance still leads cannot be told (Unsure).
+	unsure bool
 }
 
 // New returns a Leadership; Run starts campaigning.
@@ -100,7 +104,17 @@ func (l *Leadership) Term() (key string, rev int64, ok bool) {
 // Lost implements store/etcd.Fence: etcd refused a write of term rev because
 // its key is gone; the term ends now.
 func (l *Leadership) Lost(key string, rev int64) {
-	l.stop(key, rev, "a fenced write was refused: another instance leads")
+	l.stop(key, rev, "a fenced write was refused: another instance leads", false)
+}
+
+// Unsure implements store/etcd.Fence: this instance leads no term because
+// its last one ended with its session (etcd could not be reached, or was
+// busy electing its own leader), and no other leader has been seen since.
+// Writes are then refused as "store unavailable, retry", not "fenced".
+func (l *Leadership) Unsure() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.active && l.unsure
 }
 
 // Leading reports whether this instance leads now (for /readyz).
@@ -111,14 +125,14 @@ func (l *Leadership) Leading() bool {
 
 // stop ends term rev (if it is still the current one): writes are refused
 // from now on, and the work's context is cancelled.
-func (l *Leadership) stop(key string, rev int64, cause string) {
+func (l *Leadership) stop(key string, rev int64, cause string, unsure bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.active || l.key != key || l.rev != rev {
 		return
 	}
 	l.active = false
-	l.cause = cause
+	l.cause, l.unsure = cause, unsure
 	l.end()
 }
 
@@ -138,6 +152,7 @@ func (l *Leadership) Run(ctx context.Context, lead func(context.Context) error) 
 			continue
 		}
 		e := concurrency.NewElection(sess, l.o.Prefix)
+		l.observe(ctx, sess, e)
 		if err := l.campaign(ctx, sess, e); err != nil {
 			l.release(sess, nil)
 			if ctx.Err() == nil {
@@ -151,6 +166,34 @@ func (l *Leadership) Run(ctx context.Context, lead func(context.Context) error) 
 		}
 	}
 	return nil
+}
+
+// stillHeld reports, when a term's session ended, whether etcd could not
+// tell that the term is over: it does not answer (within a second), or it
+// still holds the term's key (the lease outlived this client's contact with
+// etcd, as during an etcd leader election). False: the key is gone or
+// replaced, another instance may lead.
+func (l *Leadership) stillHeld(key string, rev int64) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	resp, err := l.o.Client.Get(ctx, key)
+	if err != nil {
+		return true
+	}
+	return len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == rev
+}
+
+// observe clears Unsure once etcd answers that another session leads.
+func (l *Leadership) observe(ctx context.Context, sess *concurrency.Session, e *concurrency.Election) {
+	octx, cancel := context.WithTimeout(ctx, max(l.o.TTL, time.Second))
+	defer cancel()
+	resp, err := e.Leader(octx)
+	if err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].Lease == int64(sess.Lease()) {
+		return
+	}
+	l.mu.Lock()
+	l.unsure = false
+	l.mu.Unlock()
 }
 
 // session grants a lease and keeps it alive. The grant is bounded by ctx;
@@ -217,7 +260,7 @@ func (l *Leadership) term(ctx context.Context, sess *concurrency.Session, e *con
 	defer cancel()
 	key, rev := e.Key(), e.Rev()
 	l.mu.Lock()
-	l.key, l.rev, l.active, l.end, l.cause = key, rev, true, cancel, ""
+	l.key, l.rev, l.active, l.end, l.cause, l.unsure = key, rev, true, cancel, "", false
 	l.mu.Unlock()
 	log := l.o.Log.With("election_key", key, "term", rev)
 	log.Info("election: leading")
@@ -226,9 +269,9 @@ func (l *Leadership) term(ctx context.Context, sess *concurrency.Session, e *con
 	go func() {
 		select {
 		case <-sess.Done():
-			l.stop(key, rev, "the session ended (lease expired or etcd unreachable)")
+			l.stop(key, rev, "the session ended (lease expired or etcd unreachable)", l.stillHeld(key, rev))
 		case <-ctx.Done():
-			l.stop(key, rev, "shutting down")
+			l.stop(key, rev, "shutting down", false)
 		case <-tctx.Done():
 		}
 	}()

@@ -474,3 +474,28 @@ func waitKeys(t *testing.T, cli *clientv3.Client, prefix string, n int) {
 		time.Sleep(5 * time.Millisecond) // polling etcd for the condition
 	}
 }
+
+// TestOutageIsNotFenced: etcd goes away under the leader (as during an etcd
+// leader election or a quorum loss): its term ends with its session, but
+// nothing says another instance leads, so its writes are refused as "store
+// unavailable, retry" (store.ErrUnavailable), not as "fenced". Once etcd is
+// back, it leads again.
+func TestOutageIsNotFenced(t *testing.T) {
+	srv := etcdtest.Start(t)
+	a := startCandidate(t, srv, "a", 2*time.Second)
+	if ev := a.next(t, 10*time.Second); !ev.start {
+		t.Fatalf("a: %+v; want a term start", ev)
+	}
+	srv.Stop()
+	if ev := a.next(t, 10*time.Second); ev.start {
+		t.Fatalf("a: %+v; want its term to end", ev)
+	}
+	err := a.write("during the outage")
+	if !errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrFenced) {
+		t.Fatalf("write during the outage: %v; want store.ErrUnavailable, not ErrFenced", err)
+	}
+	srv.Restart()
+	if ev := a.next(t, 20*time.Second); !ev.start {
+		t.Fatalf("a: %+v; want a new term once etcd is back", ev)
+	}
+}

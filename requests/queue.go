@@ -7,11 +7,6 @@ import (
 	"github.com/roombridge/roombridge/store"
 )
 
-// ErrTooLarge: a text over the bound of what a request carries. The same
-// declaration as on the harden-store branch (requests/limits.go, which
-// defines it with the bound's error type): drop this one at the merge.
-var ErrTooLarge = errors.New("requests: too large")
-
 // ErrQueueFull: the agent has as many requests queued as its queue may hold;
 // the creation is refused (nothing is written) until the queue shrinks.
 var ErrQueueFull = errors.New("queue full")

@@ -58,6 +58,7 @@ type Service struct {
 	observers []Observer
 	names     []string // of observers, in order
 	maxQueue  int      // requests/queue.go
+	maxBytes  int      // of each text a request carries (MaxBytes)
 }
 
 // NewService returns the service of one owner. owners are the identities
@@ -135,6 +136,9 @@ func (s *Service) createTx(tx store.Tx, a Ask, refs []ID, inherit bool) (*Reques
 	now := s.clock.Now().UTC()
 	if a.Agent == "" || a.User == "" || a.Surface == "" {
 		return nil, errors.New("requests: create: agent, user and surface are required")
+	}
+	if err := s.checkAsk(a.Text); err != nil {
+		return nil, err
 	}
 	if err := s.checkQueue(tx, a.Agent); err != nil {
 		return nil, err

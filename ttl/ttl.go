@@ -254,7 +254,7 @@ func (s *Sweeper) sweep(ctx context.Context, e Expirer, now time.Time, res *Resu
 			if firstErr == nil {
 				firstErr = err
 			}
-			if errors.Is(err, store.ErrFenced) {
+			if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrUnavailable) { // the rest would fail too
 				cancel()
 			}
 			if ctx.Err() == nil {
@@ -326,7 +326,7 @@ func (s *Sweeper) batches(e Expirer, todo []store.Timer) [][]store.Timer {
 func (s *Sweeper) expire(ctx context.Context, e Expirer, b []store.Timer, now time.Time, mu *sync.Mutex, note func(store.Timer, bool, error)) {
 	if be, ok := e.(BatchExpirer); ok && len(b) > 1 {
 		expired, err := be.ExpireBatch(ctx, b, now)
-		if err == nil || errors.Is(err, store.ErrFenced) || ctx.Err() != nil {
+		if err == nil || errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
 			mu.Lock()
 			defer mu.Unlock()
 			for i, t := range b {

@@ -24,6 +24,7 @@
 //	exit N             exit with status N without a final answer
 //	garbage            write a line that is not JSON
 //	big N              write one line of N bytes
+//	long N             the final answer is N bytes ("x" repeated)
 //	linger DUR         after the final answer, stay alive DUR
 //	trap               ignore SIGINT and SIGTERM from now on
 //	touch PATH         create the file PATH
@@ -333,6 +334,9 @@ func (a *agent) run() int {
 			a.mu.Lock()
 			fmt.Fprintf(a.raw, "{\"type\":\"message\",\"text\":\"%s\"}\n", strings.Repeat("x", max(n-30, 0)))
 			a.mu.Unlock()
+		case "long":
+			n, _ := strconv.Atoi(arg)
+			final = strings.Repeat("x", max(n, 0))
 		case "linger":
 			linger, _ = time.ParseDuration(arg)
 		case "trap":

@@ -400,7 +400,11 @@ func (d *driver) handle(ctx context.Context, ev agents.TurnEvent) {
 }
 
 // call runs an agent's call in its own goroutine (an approval may wait for
-// hours) and feeds the response back through the loop.
+// hours) and feeds the response back through the loop. Once the turn's
+// context has ended (the turn is being cut: shutdown, lost leadership), an
+// answer is no longer delivered, even if it came: the agent must not act on
+// it in the moments before it is stopped (the resumed turn gets the same
+// answer again from the call journal).
 func (d *driver) call(ev agents.TurnEvent) error {
 	if d.in == nil {
 		return fmt.Errorf("%w: %s needs the exec protocol", agents.ErrProtocol, ev.Type)
@@ -412,6 +416,9 @@ func (d *driver) call(ev agents.TurnEvent) error {
 	go func() {
 		defer d.calls.Done()
 		r := d.sink.Call(d.callCtx, ev)
+		if d.callCtx.Err() != nil {
+			return
+		}
 		r.Type, r.ID = MsgResponse, ev.ID
 		select {
 		case d.results <- r:

@@ -39,7 +39,7 @@ func openBackend(cfg *config.Config, log *slog.Logger) (*backend, error) {
 		}
 		return &backend{store: db, close: func() { _ = db.Close() }, desc: "bolt " + db.Path()}, nil
 	}
-	cli, err := etcd.NewClient(cfg.HA.Etcd)
+	cli, err := etcd.NewClient(cfg.HA.Etcd, etcd.ClientOptions{KeepAlive: cfg.HA.KeepAlive, Log: log})
 	if err != nil {
 		return nil, fmt.Errorf("ha.etcd: %w", err)
 	}

@@ -106,11 +106,20 @@ func (d *DB) commit(batch []*store.Call) {
 				d.Publish(c.Topics...)
 				c.Done(nil)
 			} else {
-				c.Done(fmt.Errorf("store: bolt: commit: %w", err))
+				c.Done(commitErr(err))
 			}
 		}
 		return
 	}
+}
+
+// commitErr wraps a failed commit; no space on the file's device (ENOSPC,
+// EDQUOT) is store.ErrFull, which goes away once space is freed.
+func commitErr(err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return fmt.Errorf("store: bolt: commit: %w: %w", store.ErrFull, err)
+	}
+	return fmt.Errorf("store: bolt: commit: %w", err)
 }
 
 // ReleaseMemory drops the pages of the mapped file from this process's

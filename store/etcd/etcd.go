@@ -74,9 +74,9 @@ const scanPage = 256
 // never happens.
 const maxConflictRetries = 3
 
-// ErrTooLarge: one Update's writes do not fit in a single etcd transaction
+// ErrTooLarge (wraps store.ErrTooLarge): one Update's writes do not fit in a single etcd transaction
 // (max-txn-ops or the request size limit). Nothing was written.
-var ErrTooLarge = errors.New("store: etcd: transaction too large for one etcd Txn")
+var ErrTooLarge = fmt.Errorf("store: etcd: %w for one etcd Txn", store.ErrTooLarge)
 
 // Fence tells the store which leadership term its writes belong to. It is
 // implemented by election.Leadership.
@@ -88,6 +88,11 @@ type Fence interface {
 	// Lost is called when etcd refused a write because the election key of
 	// term rev is gone or was replaced: that term is over.
 	Lost(key string, rev int64)
+	// Unsure reports, while no term is led, that whether this instance
+	// leads cannot be told (its last term ended because etcd could not be
+	// reached): writes are then refused with store.ErrUnavailable (retry),
+	// not store.ErrFenced.
+	Unsure() bool
 }
 
 // Options configure a Store.
@@ -203,8 +208,12 @@ func (s *Store) commit(batch []*store.Call) {
 			var ok bool
 			if fenceKey, fenceRev, ok = f.Term(); !ok {
 				cancel()
+				refusal := fmt.Errorf("store: etcd: update: %w", store.ErrFenced)
+				if f.Unsure() {
+					refusal = fmt.Errorf("store: etcd: update: leadership unknown since etcd was unreachable: %w", store.ErrUnavailable)
+				}
 				for _, c := range batch {
-					c.Done(fmt.Errorf("store: etcd: update: %w", store.ErrFenced))
+					c.Done(refusal)
 				}
 				return
 			}
@@ -368,9 +377,12 @@ func (s *Store) txn(g *group, fenceKey string, fenceRev int64) (rev int64, verif
 	resp, err := s.cli.Txn(g.ctx).If(cmps...).Then(ops...).Else(orElse...).Commit()
 	if err != nil {
 		if g.ctx.Err() != nil {
-			return 0, false, fmt.Errorf("store: etcd: commit: outcome unknown: %w", err)
+			// Not answered in time: the Txn may or may not have committed.
+			// The store is unavailable (a caller retries; the writes of
+			// this store's callers are idempotent at that point).
+			return 0, false, fmt.Errorf("store: etcd: commit: outcome unknown: %w: %w", store.ErrUnavailable, err)
 		}
-		return 0, false, fmt.Errorf("store: etcd: commit: %w", err)
+		return 0, false, wrap("commit", err)
 	}
 	if resp.Succeeded {
 		return resp.Header.Revision, verified, nil

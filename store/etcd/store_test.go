@@ -110,7 +110,7 @@ func TestTooLargeIsRefused(t *testing.T) {
 		}
 		return nil
 	})
-	if !errors.Is(err, etcd.ErrTooLarge) {
+	if !errors.Is(err, etcd.ErrTooLarge) || !errors.Is(err, store.ErrTooLarge) {
 		t.Fatalf("Update of 20 writes with max 16 ops: %v, want ErrTooLarge", err)
 	}
 	_ = s.View(ctx, func(tx store.Tx) error {
@@ -159,6 +159,7 @@ type keyFence struct {
 }
 
 func (f *keyFence) Term() (string, int64, bool) { return f.key, f.rev, f.lost.Load() == 0 }
+func (f *keyFence) Unsure() bool                { return false }
 func (f *keyFence) Lost(key string, rev int64) {
 	if key == f.key {
 		f.lost.Store(rev)

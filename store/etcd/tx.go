@@ -106,7 +106,7 @@ func (g *group) get(key string, opts ...clientv3.OpOption) (*clientv3.GetRespons
 	defer cancel()
 	resp, err := g.s.cli.Get(ctx, key, g.readOpts(opts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("store: etcd: read: %w", err)
+		return nil, wrap("read", err)
 	}
 	if g.rev == 0 {
 		g.rev = resp.Header.Revision

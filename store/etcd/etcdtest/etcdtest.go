@@ -133,7 +133,7 @@ func (s *Server) Restart() {
 // Client returns a new client of the server, closed when the test ends.
 func (s *Server) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
-	cli, err := etcd.NewClient([]string{s.Endpoint()})
+	cli, err := etcd.NewClient([]string{s.Endpoint()}, etcd.ClientOptions{})
 	if err != nil {
 		t.Fatalf("etcdtest: %v", err)
 	}

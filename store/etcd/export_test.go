@@ -1,0 +1,4 @@
+package etcd
+
+// ClientConfig is clientConfig, for the tests.
+var ClientConfig = clientConfig
