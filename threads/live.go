@@ -122,9 +122,10 @@ func (l *Live) stream(r *requests.Request) *stream {
 	}
 	l.streams[id] = s
 	l.wg.Add(1)
+	ctx := l.ctx // read under l.mu: Run clears it when it ends
 	go func() {
 		defer l.wg.Done()
-		s.send(l.ctx)
+		s.send(ctx)
 	}()
 	return s
 }
