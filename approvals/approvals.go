@@ -257,6 +257,8 @@ type Service struct {
 	ttl     time.Duration
 	threads *threads.Threads
 	log     *slog.Logger
+	// onRevoke ends what else a revoke ends (OnRevoke).
+	onRevoke []func(ctx context.Context, user string) error
 }
 
 // New returns a Service. Register its Observe with the requests service,
