@@ -192,6 +192,7 @@ func (b *Bridge) services(ctx context.Context) error {
 		b.svc.AddObserver("web", b.web.Observe)
 		b.router.SignIn = b.web.SignInLink
 		b.appr.OnRevoke(b.web.EndSessions)
+		b.threads.Links, b.appr.Links = b.web.RequestURL, b.web.RequestURL // "Open" on parents and cards (with web.public_url)
 		if err := b.web.Backfill(ctx); err != nil {
 			return err
 		}
@@ -371,7 +372,12 @@ func (b *Bridge) work() leaderWork {
 // Stop begins a graceful stop: no new work (see Handler), intake stops,
 // running turns reach a safe point, the outbox is flushed; all within
 // shutdown.grace. Drained tells when that is done.
-func (b *Bridge) Stop() { b.stop.begin() }
+func (b *Bridge) Stop() {
+	if b.web != nil {
+		b.web.Close() // the web room's live streams end: the HTTP server's shutdown does not wait for them
+	}
+	b.stop.begin()
+}
 
 // Drained is closed once the leader's work has drained after Stop (at once
 // on a follower).

@@ -60,6 +60,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 			return
+		case <-s.closing:
+			return
 		case <-wake:
 			fmt.Fprint(w, "event: change\ndata: {}\n\n")
 		case <-tick.C:

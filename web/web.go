@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/roombridge/roombridge/approvals"
@@ -71,22 +72,24 @@ type Options struct {
 
 // Server serves the web room.
 type Server struct {
-	svc     *requests.Service
-	appr    *approvals.Service
-	rooms   *directory.Rooms
-	act     Actions
-	tasks   Tasks
-	store   store.Store
-	clock   clock.Clock
-	token   string
-	public  string
-	addr    string
-	secure  bool
-	log     *slog.Logger
-	tmpl    *template.Template
-	mux     *http.ServeMux
-	recent  time.Duration
-	indexed chan struct{}
+	svc    *requests.Service
+	appr   *approvals.Service
+	rooms  *directory.Rooms
+	act    Actions
+	tasks  Tasks
+	store  store.Store
+	clock  clock.Clock
+	token  string
+	public string
+	addr   string
+	secure bool
+	log    *slog.Logger
+	tmpl   *template.Template
+	mux    *http.ServeMux
+	recent time.Duration
+	// closing ends the live streams (Close).
+	closing   chan struct{}
+	closeOnce sync.Once
 }
 
 // New returns the web room's Server. Register Observe as a request observer
@@ -98,7 +101,7 @@ func New(o Options) *Server {
 	s := &Server{svc: o.Requests, appr: o.Approvals, rooms: o.Rooms, act: o.Actions, tasks: o.Tasks,
 		store: o.Requests.Store(), clock: o.Requests.Clock(), token: o.Token, public: o.PublicURL, addr: o.Addr,
 		secure: len(o.PublicURL) > 8 && o.PublicURL[:8] == "https://", log: o.Log, mux: http.NewServeMux(),
-		recent: 10 * time.Second}
+		recent: 10 * time.Second, closing: make(chan struct{})}
 	s.tmpl = template.Must(template.New("").Funcs(funcs(s)).ParseFS(templateFS, "templates/*.html"))
 	static, _ := fs.Sub(staticFS, "static")
 	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
@@ -126,6 +129,10 @@ func (s *Server) RequestURL(id string) string {
 	}
 	return s.public + "/requests/" + id
 }
+
+// Close ends the live streams (a graceful stop: the HTTP server's shutdown
+// would wait for them); pages are still served.
+func (s *Server) Close() { s.closeOnce.Do(func() { close(s.closing) }) }
 
 func (s *Server) now() time.Time { return s.clock.Now().UTC() }
 
