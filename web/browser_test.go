@@ -62,12 +62,18 @@ func textOf(t *testing.T, ctx context.Context, sel string) string {
 	return s
 }
 
-// waitText waits until sel's text contains want: the page updates itself
-// through SSE, or a form's POST loads the next page (evaluations during
-// that navigation fail and are tried again).
+// waitText waits until sel's text contains want.
 func waitText(t *testing.T, ctx context.Context, sel, want string) {
 	t.Helper()
-	js := `(function(){var e=document.querySelector(` + quote(sel) + `);return !!e && e.textContent.indexOf(` + quote(want) + `)>=0})()`
+	waitTrue(t, ctx, sel+" reading "+want,
+		`(function(){var e=document.querySelector(`+quote(sel)+`);return !!e && e.textContent.indexOf(`+quote(want)+`)>=0})()`)
+}
+
+// waitTrue waits until js is true: the page updates itself through SSE,
+// or a form's POST loads the next page (evaluations during that navigation
+// fail and are tried again).
+func waitTrue(t *testing.T, ctx context.Context, what, js string) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var ok bool
@@ -77,10 +83,16 @@ func waitText(t *testing.T, ctx context.Context, sel, want string) {
 		if time.Now().After(deadline) {
 			var body string
 			_ = chromedp.Run(ctx, chromedp.Evaluate(`document.body.innerText`, &body))
-			t.Fatalf("waiting for %s to read %q; the page reads:\n%s", sel, want, body)
+			t.Fatalf("waiting for %s; the page reads:\n%s", what, body)
 		}
 		time.Sleep(50 * time.Millisecond) // the browser's state is polled: it has no notification to wait on here
 	}
+}
+
+// waitGone waits until nothing matches sel.
+func waitGone(t *testing.T, ctx context.Context, sel string) {
+	t.Helper()
+	waitTrue(t, ctx, sel+" gone", `document.querySelector(`+quote(sel)+`) === null`)
 }
 
 func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "\\'") + "'" }
@@ -139,11 +151,20 @@ func browse(t *testing.T, name string, w, hgt int) {
 		return false
 	})
 
-	// ✕: the card goes, a pointer stays; it is in the Inbox.
+	// Answered in Slack: the web card goes without a reload.
+	h.mention(owner, "approve "+second)
+	waitGone(t, ctx, ".card")
+
+	// A new ask shows its card live; ✕ hides it, a pointer stays; it is in
+	// the Inbox.
+	h.mention(member, "echo three")
+	waitText(t, ctx, ".card .count", "1 of 1")
+	third := h.pending()[0].ID.String()
+	waitText(t, ctx, ".card h2", third)
 	run(t, ctx, "hiding", chromedp.Click(`.card form.hide button`, chromedp.ByQuery))
 	waitText(t, ctx, ".pointer", "1 waiting in the Inbox")
 	run(t, ctx, "the inbox", chromedp.Click(`.pointer a`, chromedp.ByQuery), chromedp.WaitVisible(".card", chromedp.ByQuery))
-	waitText(t, ctx, ".card h2", second)
+	waitText(t, ctx, ".card h2", third)
 	run(t, ctx, "back", chromedp.NavigateBack(), chromedp.WaitVisible("#strip", chromedp.ByQuery))
 
 	// ■ stops the task.

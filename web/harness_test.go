@@ -54,7 +54,10 @@ type harness struct {
 	events atomic.Int64
 }
 
-func newHarness(t testing.TB) *harness {
+func newHarness(t testing.TB) *harness { return newHarnessWeb(t, "{enabled: true}") }
+
+// newHarnessWeb starts a harness whose config's web section is web.
+func newHarnessWeb(t testing.TB, web string) *harness {
 	t.Helper()
 	h := &harness{t: t, fake: slacktest.NewServer()}
 	t.Cleanup(h.fake.Close)
@@ -65,6 +68,7 @@ func newHarness(t testing.TB) *harness {
 		t.Fatal(err)
 	}
 	cfg := strings.ReplaceAll(config, "%BIN%", fmt.Sprintf("%q", bridgeBin))
+	cfg = strings.Replace(cfg, "web: {enabled: true}", "web: "+web, 1)
 	h.bridge = coretest.Start(t, coretest.Options{Config: cfg, Dir: dir,
 		Connectors: func() []chat.Connector { return []chat.Connector{conn} }})
 	h.waitFake("a socket mode connection", func(s *slacktest.Server) bool { return s.Connections() > 0 })
@@ -120,7 +124,7 @@ func (h *harness) mention(user, text string) {
 	}
 }
 
-var linkRE = regexp.MustCompile(`http://[^\s>|]+/signin\?t=[A-Za-z0-9_-]+`)
+var linkRE = regexp.MustCompile(`https?://[^\s>|]+/signin\?t=[A-Za-z0-9_-]+`)
 
 // signInLink has user type "web" and returns the link the fake Slack's DM
 // to them carries.

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/roombridge/roombridge/connectors/slack/slacktest"
 )
 
 // signIn uses link with a plain HTTP client and returns the session cookie.
@@ -135,5 +137,37 @@ func TestSignInLinkOnceAndForgedPosts(t *testing.T) {
 	}
 	if code, _, _ := get(t, base, "/rooms/backend", ownerCookie); code != http.StatusOK {
 		t.Errorf("the owner's session ended with the member's: %d", code)
+	}
+}
+
+// TestOpenLinks: with web.public_url, the thread parent and the approval
+// card in Slack carry an "Open" link to the request's page; the session
+// cookie of an https public URL is Secure.
+func TestOpenLinks(t *testing.T) {
+	h := newHarnessWeb(t, "{enabled: true, public_url: 'https://bridge.example.com/'}")
+	h.mention(member, "echo hello")
+	h.waitStore("a pending request", func() bool { return len(h.pending()) == 1 })
+	page := "https://bridge.example.com/requests/" + h.pending()[0].ID.String()
+	h.waitFake("the parent and the card with their Open links", func(s *slacktest.Server) bool {
+		n := 0
+		for _, m := range s.Messages() {
+			if m.Channel == channel && strings.Contains(string(m.BlocksJSON), page) {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	link := h.signInLink(owner)
+	if !strings.HasPrefix(link, "https://bridge.example.com/signin?t=") {
+		t.Fatalf("sign-in link %q, want one of the public URL", link)
+	}
+	tok := link[strings.Index(link, "?t=")+3:]
+	resp, err := client().PostForm(h.bridge.URL+"/signin", url.Values{"t": {tok}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if len(resp.Cookies()) == 0 || !resp.Cookies()[0].Secure {
+		t.Errorf("session cookie %v: want Secure with an https public URL", resp.Cookies())
 	}
 }
