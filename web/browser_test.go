@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -95,6 +96,24 @@ func waitGone(t *testing.T, ctx context.Context, sel string) {
 	waitTrue(t, ctx, sel+" gone", `document.querySelector(`+quote(sel)+`) === null`)
 }
 
+// click clicks the element sel matches at the moment it runs (the page's
+// live regions are swapped in place, so a node found earlier may be gone).
+func click(sel string) chromedp.Action {
+	return chromedp.ActionFunc(func(ctx context.Context) error {
+		if err := chromedp.WaitVisible(sel, chromedp.ByQuery).Do(ctx); err != nil {
+			return err
+		}
+		var ok bool
+		if err := chromedp.Evaluate(`(function(){var e=document.querySelector(`+quote(sel)+`);if(!e)return false;e.click();return true})()`, &ok).Do(ctx); err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("click: nothing matches %s", sel)
+		}
+		return nil
+	})
+}
+
 func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "\\'") + "'" }
 
 // TestBrowser walks the web room in a real browser, at a phone's and a
@@ -126,7 +145,7 @@ func browse(t *testing.T, name string, w, hgt int) {
 	first, second := h.pending()[0].ID.String(), h.pending()[1].ID.String()
 
 	run(t, ctx, "opening the link", chromedp.Navigate(h.signInLink(owner)),
-		chromedp.Click(`form[action="/signin"] button`, chromedp.ByQuery), chromedp.WaitVisible(".card", chromedp.ByQuery))
+		click(`form[action="/signin"] button`), chromedp.WaitVisible(".card", chromedp.ByQuery))
 	if got := textOf(t, ctx, ".card .count"); got != "1 of 2" {
 		t.Fatalf("card count %q, want 1 of 2", got)
 	}
@@ -138,7 +157,7 @@ func browse(t *testing.T, name string, w, hgt int) {
 	screenshot(t, ctx, name)
 
 	// Approve: the Slack card is updated, the next card shows.
-	run(t, ctx, "approving", chromedp.Click(`.card form[action$="/approve"] button`, chromedp.ByQuery))
+	run(t, ctx, "approving", click(`.card form[action$="/approve"] button`))
 	waitText(t, ctx, ".card .count", "1 of 1")
 	waitText(t, ctx, ".card h2", second)
 	h.waitFake("the Slack card of "+first+" updated", func(s *slacktest.Server) bool {
@@ -161,14 +180,14 @@ func browse(t *testing.T, name string, w, hgt int) {
 	waitText(t, ctx, ".card .count", "1 of 1")
 	third := h.pending()[0].ID.String()
 	waitText(t, ctx, ".card h2", third)
-	run(t, ctx, "hiding", chromedp.Click(`.card form.hide button`, chromedp.ByQuery))
+	run(t, ctx, "hiding", click(`.card form.hide button`))
 	waitText(t, ctx, ".pointer", "1 waiting in the Inbox")
-	run(t, ctx, "the inbox", chromedp.Click(`.pointer a`, chromedp.ByQuery), chromedp.WaitVisible(".card", chromedp.ByQuery))
+	run(t, ctx, "the inbox", click(`.pointer a`), chromedp.WaitVisible(".card", chromedp.ByQuery))
 	waitText(t, ctx, ".card h2", third)
 	run(t, ctx, "back", chromedp.NavigateBack(), chromedp.WaitVisible("#strip", chromedp.ByQuery))
 
 	// ■ stops the task.
-	run(t, ctx, "stopping", chromedp.Click(`#strip button[aria-label^="Stop task"]`, chromedp.ByQuery))
+	run(t, ctx, "stopping", click(`#strip button[aria-label^="Stop task"]`))
 	waitText(t, ctx, "#strip", "stopped — incomplete")
 
 	// A reload keeps everything.
@@ -183,7 +202,7 @@ func browse(t *testing.T, name string, w, hgt int) {
 
 	// The member (no approver, not the task's requester) sees no buttons.
 	run(t, ctx, "signing in as the member", network.ClearBrowserCookies(), chromedp.Navigate(h.signInLink(member)),
-		chromedp.Click(`form[action="/signin"] button`, chromedp.ByQuery), chromedp.WaitVisible("#requests", chromedp.ByQuery))
+		click(`form[action="/signin"] button`), chromedp.WaitVisible("#requests", chromedp.ByQuery))
 	var buttons int
 	run(t, ctx, "counting buttons", chromedp.Evaluate(
 		`document.querySelectorAll('.card, form[action*="/approve"], form[action*="/deny"], #strip button').length`, &buttons))
