@@ -16,9 +16,6 @@ type Web struct {
 	PublicURL string `yaml:"public_url"`
 }
 
-// Secure reports whether the web room is reached over https.
-func (w Web) Secure() bool { return strings.HasPrefix(w.PublicURL, "https://") }
-
 // validateWeb checks the web section (web.public_url: an absolute http or
 // https URL without query or fragment).
 func (c *Config) validateWeb() error {

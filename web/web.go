@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -100,7 +101,7 @@ func New(o Options) *Server {
 	}
 	s := &Server{svc: o.Requests, appr: o.Approvals, rooms: o.Rooms, act: o.Actions, tasks: o.Tasks,
 		store: o.Requests.Store(), clock: o.Requests.Clock(), token: o.Token, public: o.PublicURL, addr: o.Addr,
-		secure: len(o.PublicURL) > 8 && o.PublicURL[:8] == "https://", log: o.Log, mux: http.NewServeMux(),
+		secure: strings.HasPrefix(o.PublicURL, "https://"), log: o.Log, mux: http.NewServeMux(),
 		recent: 10 * time.Second, closing: make(chan struct{})}
 	s.tmpl = template.Must(template.New("").Funcs(funcs(s)).ParseFS(templateFS, "templates/*.html"))
 	static, _ := fs.Sub(staticFS, "static")
