@@ -62,7 +62,7 @@ func (c *Connector) Run(ctx context.Context, h chat.Handler) error {
 			}
 		}
 	}()
-	c.printf("console room %q: type @agent <ask>, inbox, tasks, dismiss <task>, approve|deny|cancel|retry|show <ID>, answer <ID> <text>, /as <user>, help", c.room)
+	c.printf("console room %q: type @agent <ask>, web, inbox, tasks, dismiss <task>, approve|deny|cancel|retry|show <ID>, answer <ID> <text>, /as <user>, help", c.room)
 	for {
 		select {
 		case <-ctx.Done():
