@@ -32,12 +32,14 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// browser starts a headless Chromium with a fresh profile at a w×h viewport.
+// browser starts a headless Chromium at a w×h viewport, with a fresh
+// profile: chromedp makes a new user-data-dir for each allocator and removes
+// it once the browser is gone (a t.TempDir raced Chromium's last writes).
 func browser(t *testing.T, w, h int) context.Context {
 	opts := []chromedp.ExecAllocatorOption{chromedp.ExecPath(chromium(t)), chromedp.Headless, chromedp.NoSandbox,
 		chromedp.DisableGPU, chromedp.Flag("disable-quic", true), chromedp.NoFirstRun,
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(w, h)}
+		chromedp.Flag("disable-sync", true), chromedp.WindowSize(w, h)}
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelB := chromedp.NewContext(actx)
 	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
