@@ -135,6 +135,9 @@ type Approval struct {
 	Created   time.Time     `json:"created"`
 	ExpiresAt time.Time     `json:"expires_at"`
 	TTL       time.Duration `json:"ttl"`
+	// Link is the request's web page, an "Open" field on the card ("":
+	// none).
+	Link string `json:"link,omitempty"`
 	// Copies are the posted copies of the card, all updated on a decision.
 	Copies []Copy `json:"copies,omitempty"`
 }
@@ -257,6 +260,11 @@ type Service struct {
 	ttl     time.Duration
 	threads *threads.Threads
 	log     *slog.Logger
+	// Links, if set, gives the web page of a request ("": none): cards
+	// carry it as an "Open" field.
+	Links func(id string) string
+	// onRevoke ends what else a revoke ends (OnRevoke).
+	onRevoke []func(ctx context.Context, user string) error
 }
 
 // New returns a Service. Register its Observe with the requests service,
@@ -499,6 +507,9 @@ func (s *Service) rootTx(tx store.Tx, r *requests.Request) (*requests.Request, e
 // thread) to each of the room's approvers on a surface with a running
 // connector, recording every copy in a.Copies.
 func (s *Service) postCardsTx(tx store.Tx, a *Approval, r, root *requests.Request) error {
+	if s.Links != nil {
+		a.Link = s.Links(a.RequestID.String())
+	}
 	m := Card(a)
 	post := func(e threads.Effect) error {
 		e.Message = m

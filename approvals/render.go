@@ -27,6 +27,9 @@ func Card(a *Approval) chat.Message {
 	if !a.Root.IsZero() {
 		fields = append(fields, chat.Field{Label: "On behalf of", Value: a.Root.String()})
 	}
+	if a.Link != "" {
+		fields = append(fields, chat.Field{Label: "Open", Value: a.Link})
+	}
 	card := &chat.Card{
 		Title:   title,
 		Text:    a.Action,

@@ -92,6 +92,17 @@ func (s *Service) Revoke(ctx context.Context, user, actor, surface string) ([]re
 	if err != nil {
 		return cancelled, fmt.Errorf("approvals: revoke %s: %w", user, err)
 	}
+	for _, end := range s.onRevoke {
+		if err := end(ctx, user); err != nil {
+			return cancelled, fmt.Errorf("approvals: revoke %s: %w", user, err)
+		}
+	}
 	s.log.InfoContext(ctx, "user revoked", "user", user, "by", actor, "cancelled", len(cancelled))
 	return cancelled, nil
+}
+
+// OnRevoke adds what a revoke also ends (the user's web sessions): end runs
+// after the user's waiting requests are cancelled.
+func (s *Service) OnRevoke(end func(ctx context.Context, user string) error) {
+	s.onRevoke = append(s.onRevoke, end)
 }

@@ -36,6 +36,7 @@ type Config struct {
 	Shutdown   Shutdown         `yaml:"shutdown"`
 	Runners    Runners          `yaml:"runners"`
 	Limits     Limits           `yaml:"limits"`
+	Web        Web              `yaml:"web"`
 	// SecretEnv names the environment variables the file expanded into a
 	// secret key (${SLACK_BOT_TOKEN}); agent processes do not get them.
 	SecretEnv []string `yaml:"-"`
@@ -467,6 +468,9 @@ func (c *Config) Validate() error {
 	if err := c.validateRunners(); err != nil {
 		return err
 	}
+	if err := c.validateWeb(); err != nil {
+		return err
+	}
 	if c.HTTP.APIToken != "" && c.HTTP.APITokenFile != "" {
 		return keyErr("http.api_token", "set either api_token or api_token_file, not both")
 	}
@@ -613,6 +617,7 @@ func Default(exe string) *Config {
 			"coder":    {Kind: "exec", Command: []string{exe, "demo-agent"}},
 			"reviewer": {Kind: "exec", Command: []string{exe, "demo-agent"}},
 		},
+		Web: Web{Enabled: true},
 	}
 	c.Owners = []string{"console:" + c.Console.User}
 	c.setDefaults()

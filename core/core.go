@@ -32,6 +32,7 @@ import (
 	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/threads"
 	"github.com/roombridge/roombridge/ttl"
+	"github.com/roombridge/roombridge/web"
 )
 
 // Options is what a bridge is built from.
@@ -109,6 +110,7 @@ type Bridge struct {
 	runners  *runners.Hub
 	met      *metrics.Metrics
 	api      *httpapi.Server
+	web      *web.Server // nil unless web.enabled
 	handler  http.Handler
 	stop     *stopping
 	intake   []job
@@ -193,6 +195,17 @@ func (b *Bridge) services(ctx context.Context) error {
 	}
 	b.router = rooms.New(b.svc, b.appr, b.rooms, b.del, log)
 	b.router.OnInbound = met.Inbound
+	if cfg.Web.Enabled { // the web room: its observer runs last, its "web" command signs people in
+		b.web = web.New(web.Options{Requests: b.svc, Approvals: b.appr, Rooms: b.rooms, Actions: b.router, Tasks: b.del,
+			Token: b.opts.APIToken, PublicURL: cfg.Web.PublicURL, Addr: b.opts.APIAddr, Log: log})
+		b.svc.AddObserver("web", b.web.Observe)
+		b.router.SignIn = b.web.SignInLink
+		b.appr.OnRevoke(b.web.EndSessions)
+		b.threads.Links, b.appr.Links = b.web.RequestURL, b.web.RequestURL // "Open" on parents and cards (with web.public_url)
+		if err := b.web.Backfill(ctx); err != nil {
+			return err
+		}
+	}
 	for _, c := range b.opts.Connectors {
 		if r, ok := c.(apiErrorReporter); ok {
 			r.ReportAPIErrors(met.APIErrors(c.Surface()))
@@ -321,6 +334,9 @@ func (b *Bridge) http() {
 			}
 		}
 	}
+	if b.web != nil {
+		b.api.Mount("/", b.web)
+	}
 	b.handler = b.stop.gate(b.api)
 }
 
@@ -335,6 +351,9 @@ func (b *Bridge) ServerOptions() httpapi.ServerOptions {
 // Handler serves the HTTP API (and webhooks, and /mcp); once a graceful
 // stop has begun it refuses new work.
 func (b *Bridge) Handler() http.Handler { return b.handler }
+
+// Web is the web room (nil unless web.enabled).
+func (b *Bridge) Web() *web.Server { return b.web }
 
 // Observers names the request observers in the order they run.
 func (b *Bridge) Observers() []string { return b.svc.Observers() }
@@ -401,7 +420,12 @@ func (b *Bridge) work() leaderWork {
 // Stop begins a graceful stop: no new work (see Handler), intake stops,
 // running turns reach a safe point, the outbox is flushed; all within
 // shutdown.grace. Drained tells when that is done.
-func (b *Bridge) Stop() { b.stop.begin() }
+func (b *Bridge) Stop() {
+	if b.web != nil {
+		b.web.Close() // the web room's live streams end: the HTTP server's shutdown does not wait for them
+	}
+	b.stop.begin()
+}
 
 // Drained is closed once the leader's work has drained after Stop (at once
 // on a follower).

@@ -24,7 +24,7 @@ type Tasks interface {
 }
 
 // help lists the chat commands.
-const help = "commands: @agent ask | inbox | tasks | dismiss TASK | approve ID | deny ID | answer ID TEXT | cancel ID | retry ID | show ID | revoke USER"
+const help = "commands: @agent ask | web | inbox | tasks | dismiss TASK | approve ID | deny ID | answer ID TEXT | cancel ID | retry ID | show ID | revoke USER"
 
 // Shapes of the arguments of commands typed in a mention (IsCommand).
 var (
@@ -44,7 +44,7 @@ func IsCommand(text string) bool {
 		return false
 	}
 	switch f[0] {
-	case "help", "inbox", "tasks":
+	case "help", "inbox", "tasks", "web":
 		return len(f) == 1
 	case "dismiss", "approve", "deny", "cancel", "retry", "show":
 		return len(f) == 2 && refRE.MatchString(f[1])
@@ -70,6 +70,11 @@ func (rt *Router) command(ctx context.Context, ev chat.Event) (string, error) {
 		return "", fmt.Errorf("%s %s is not bound to a room", ev.Surface, ev.Channel)
 	}
 	switch verb {
+	case "web":
+		if rt.SignIn == nil {
+			return "", fmt.Errorf("the web room is not enabled")
+		}
+		return rt.SignIn(ctx, ev.User, ev.Surface)
 	case "inbox":
 		in, err := rt.appr.Inbox(ctx, room.Name)
 		if err != nil {

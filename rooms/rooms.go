@@ -46,6 +46,9 @@ type Router struct {
 	// OnInbound, if set, is told of every event Handle gets: its surface,
 	// kind, and whether it was dropped as a duplicate (metrics).
 	OnInbound func(surface string, kind chat.EventKind, duplicate bool)
+	// SignIn, if set, answers the "web" command: it sends user (who typed
+	// it on surface) a sign-in link to the web room.
+	SignIn func(ctx context.Context, user, surface string) (string, error)
 
 	refusals Refusals
 }

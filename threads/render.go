@@ -20,6 +20,8 @@ type Extra struct {
 	// Waiting says what the request waits on, as delegation keeps it
 	// (SetWaitingTx): "waiting on R-08 (reviewer)"; "" for nothing.
 	Waiting string
+	// Link is the request's web page, shown as an "Open" field ("": none).
+	Link string
 }
 
 // Title is a thread's title: "R20261129-07 · coder · asked by slack:U1".
@@ -96,8 +98,16 @@ func ParentWith(r *requests.Request, x Extra) chat.Message {
 			Title:  title,
 			Text:   r.Ask,
 			Status: status,
+			Fields: linkField(x.Link),
 		},
 	}
+}
+
+func linkField(link string) []chat.Field {
+	if link == "" {
+		return nil
+	}
+	return []chat.Field{{Label: "Open", Value: link}}
 }
 
 // Outcome renders the reply that ends a thread: the final answer, or why
@@ -149,6 +159,9 @@ func waitingTx(tx store.Tx, id string) (string, error) {
 // extraTx reads r's Extra (waiting is already read).
 func (t *Threads) extraTx(tx store.Tx, r *requests.Request, waiting string) (Extra, error) {
 	x := Extra{Waiting: waiting}
+	if t.Links != nil {
+		x.Link = t.Links(r.ID.String())
+	}
 	if r.DelegatedBy.IsZero() || t.requests == nil {
 		return x, nil
 	}

@@ -51,6 +51,9 @@ type Effect struct {
 type Threads struct {
 	rooms    *directory.Rooms
 	requests *requests.Service // SetRequests: names the asker of a delegated request
+	// Links, if set, gives the web page of a request ("": none): thread
+	// parents carry it as an "Open" field.
+	Links func(id string) string
 }
 
 // New returns Threads that place threads by the room directory rooms (its

@@ -111,6 +111,10 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	}
 	log.Info("bridge started", "api", "http://"+addr, "data_dir", cfg.DataDir, "store", be.desc,
 		"agents", b.AgentCount(), "surfaces", strings.Join(b.Surfaces(), ","))
+	if w := b.Web(); w != nil {
+		log.Info("web room", "url", w.URL())
+		fmt.Fprintf(os.Stderr, "web room: %s (type web in a room for a sign-in link)\n", w.URL())
+	}
 	return serve(ctx, work, cancel, ln, b, cfg.Shutdown.Grace, log)
 }
 

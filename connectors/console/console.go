@@ -51,7 +51,7 @@ func (c *Connector) printf(format string, args ...any) {
 }
 
 // commands is what can be typed, for the banner and for help.
-const commands = "type @agent <ask>, inbox, tasks, dismiss <task>, approve|deny|cancel|retry|show <ID>, " +
+const commands = "type @agent <ask>, web, inbox, tasks, dismiss <task>, approve|deny|cancel|retry|show <ID>, " +
 	"answer <ID> <text>, revoke <user>, /as <user> (act as someone else), /as (back to yourself), help"
 
 // Run reads lines until in ends or ctx is done. The end of input is not an
