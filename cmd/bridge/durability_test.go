@@ -43,8 +43,13 @@ type durabilityRun struct {
 	t     *testing.T
 	token string
 	base  atomic.Pointer[string] // the live bridge's API (a new port each life)
-	next  atomic.Int64           // the next creation to make
 	n     int
+
+	// next is the next creation to make; none from limit on is started
+	// (the kill schedule keeps the stream from running past a kill).
+	gate        sync.Mutex
+	more        *sync.Cond
+	next, limit int
 
 	acked    atomic.Int64
 	replayed atomic.Int64
@@ -92,6 +97,9 @@ func TestDurability(t *testing.T) {
 			t.Fatalf("%s=%q: %v", durabilitySeedEnv, s, err)
 		}
 	}
+	if n < 25*kills {
+		t.Fatalf("%s=%d: want at least %d creations for %d kills", durabilityEnv, n, 25*kills, kills)
+	}
 	t.Logf("seed %d (replay: %s=%d), %d creations, %d clients, %d kills", seed, durabilitySeedEnv, seed, n, durabilityClients, kills)
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	started := time.Now()
@@ -113,6 +121,8 @@ func TestDurability(t *testing.T) {
 	p := startBridge(t, dir, nil, "run", "--config", cfg)
 	base, tok := p.api(data)
 	d := &durabilityRun{t: t, token: tok, n: n, ids: make([]string, n)}
+	d.more = sync.NewCond(&d.gate)
+	t.Cleanup(d.stop) // a failed run starts no more creations
 	d.base.Store(&base)
 	var wg sync.WaitGroup
 	for range durabilityClients {
@@ -123,17 +133,20 @@ func TestDurability(t *testing.T) {
 	go func() { wg.Wait(); close(clientsDone) }()
 
 	for k, threshold := range at {
-		// Each life acknowledges at least one creation before its kill.
+		// Each life acknowledges at least one creation before its kill,
+		// and up to one a client is in flight when it comes.
 		threshold = max(threshold, int(d.acked.Load())+1)
+		d.setLimit(threshold + durabilityClients)
 		if !d.waitAcked(int64(threshold), clientsDone) {
-			t.Fatalf("kill %d: the clients ended (%d acknowledged) before %d acknowledged", k+1, d.acked.Load(), threshold)
+			t.Fatalf("kill %d: %d acknowledged, the clients ended or 2 minutes passed before %d", k+1, d.acked.Load(), threshold)
 		}
 		time.Sleep(time.Duration(rng.Int64N(int64(50 * time.Millisecond)))) // a random moment, not a state
-		p = d.kill(p, k+1)
+		d.kill(p, k+1)
 		p = startBridge(t, dir, nil, "run", "--config", cfg)
 		base, _ := p.api(data)
 		d.base.Store(&base)
 	}
+	d.setLimit(n)
 	select {
 	case <-clientsDone:
 	case <-time.After(5*time.Minute + time.Duration(n)*50*time.Millisecond):
@@ -167,23 +180,57 @@ agents:
 %s`, data, queue, strings.Join(durabilityAgents, ", "), agents.String())
 }
 
-// waitAcked waits until at least n creations are acknowledged; false if
-// the clients ended first.
+// waitAcked waits (up to 2 minutes) until at least n creations are
+// acknowledged; false if the clients ended first or time ran out.
 func (d *durabilityRun) waitAcked(n int64, done <-chan struct{}) bool {
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
+	deadline := time.After(2 * time.Minute)
 	for d.acked.Load() < n {
 		select {
 		case <-done:
 			return d.acked.Load() >= n
+		case <-deadline:
+			return false
 		case <-tick.C:
 		}
 	}
 	return true
 }
 
+// setLimit lets the clients start the creations before limit (at most n).
+func (d *durabilityRun) setLimit(limit int) {
+	d.gate.Lock()
+	d.limit = min(limit, d.n)
+	d.gate.Unlock()
+	d.more.Broadcast()
+}
+
+// stop ends the stream: no creation is started after it.
+func (d *durabilityRun) stop() {
+	d.gate.Lock()
+	d.next = d.n
+	d.gate.Unlock()
+	d.more.Broadcast()
+}
+
+// take returns the next creation to make, waiting until the limit allows
+// it; false once all are taken.
+func (d *durabilityRun) take() (int, bool) {
+	d.gate.Lock()
+	defer d.gate.Unlock()
+	for d.next >= d.limit && d.next < d.n {
+		d.more.Wait()
+	}
+	if d.next >= d.n {
+		return 0, false
+	}
+	d.next++
+	return d.next - 1, true
+}
+
 // kill SIGKILLs the bridge and waits for its end (life 0: the last one).
-func (d *durabilityRun) kill(p *proc, life int) *proc {
+func (d *durabilityRun) kill(p *proc, life int) {
 	d.t.Helper()
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
@@ -193,7 +240,6 @@ func (d *durabilityRun) kill(p *proc, life int) *proc {
 	if life > 0 {
 		d.t.Logf("kill %d at %d acknowledged", life, d.acked.Load())
 	}
-	return p
 }
 
 // client makes creations until none is left, each until it is
@@ -201,8 +247,8 @@ func (d *durabilityRun) kill(p *proc, life int) *proc {
 func (d *durabilityRun) client() {
 	hc := &http.Client{Timeout: 10 * time.Second}
 	for {
-		i := int(d.next.Add(1) - 1)
-		if i >= d.n {
+		i, ok := d.take()
+		if !ok {
 			return
 		}
 		if !d.create(hc, i) {
