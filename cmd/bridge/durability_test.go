@@ -52,6 +52,7 @@ type durabilityRun struct {
 	next, limit int
 
 	acked    atomic.Int64
+	inFlight atomic.Int64 // creations started, not acknowledged yet
 	replayed atomic.Int64
 	retries  atomic.Int64
 
@@ -111,7 +112,7 @@ func TestDurability(t *testing.T) {
 
 	// The kill schedule: 5% to 95% of the stream cut into one segment per
 	// kill, each kill at a random number of acknowledged creations in its
-	// segment, then after a random delay of up to 50 ms.
+	// segment, then after a random delay of up to 20 ms.
 	at := make([]int, kills)
 	seg := max(1, n*9/10/kills)
 	for i := range at {
@@ -133,14 +134,15 @@ func TestDurability(t *testing.T) {
 	go func() { wg.Wait(); close(clientsDone) }()
 
 	for k, threshold := range at {
-		// Each life acknowledges at least one creation before its kill,
-		// and up to one a client is in flight when it comes.
+		// Each life acknowledges at least one creation before its kill;
+		// the clients go on past its threshold (creations are in flight
+		// when it comes), up to a segment more.
 		threshold = max(threshold, int(d.acked.Load())+1)
-		d.setLimit(threshold + durabilityClients)
+		d.setLimit(threshold + seg)
 		if !d.waitAcked(int64(threshold), clientsDone) {
 			t.Fatalf("kill %d: %d acknowledged, the clients ended or 2 minutes passed before %d", k+1, d.acked.Load(), threshold)
 		}
-		time.Sleep(time.Duration(rng.Int64N(int64(50 * time.Millisecond)))) // a random moment, not a state
+		time.Sleep(time.Duration(rng.Int64N(int64(20 * time.Millisecond)))) // a random moment, not a state
 		d.kill(p, k+1)
 		p = startBridge(t, dir, nil, "run", "--config", cfg)
 		base, _ := p.api(data)
@@ -232,13 +234,14 @@ func (d *durabilityRun) take() (int, bool) {
 // kill SIGKILLs the bridge and waits for its end (life 0: the last one).
 func (d *durabilityRun) kill(p *proc, life int) {
 	d.t.Helper()
+	cut := d.inFlight.Load()
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
 	if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		d.t.Fatalf("life %d: the bridge ended by itself (%v), not killed:\n%s", life, p.cmd.ProcessState, p.Stderr())
 	}
 	if life > 0 {
-		d.t.Logf("kill %d at %d acknowledged", life, d.acked.Load())
+		d.t.Logf("kill %d at %d acknowledged, %d in flight", life, d.acked.Load(), cut)
 	}
 }
 
@@ -262,6 +265,8 @@ func (d *durabilityRun) client() {
 func (d *durabilityRun) create(hc *http.Client, i int) bool {
 	body, _ := json.Marshal(map[string]string{"room": "main", "agent": durabilityAgents[i%len(durabilityAgents)], "text": durabilityAsk(i)})
 	deadline := time.Now().Add(2 * time.Minute)
+	d.inFlight.Add(1)
+	defer d.inFlight.Add(-1)
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			d.retries.Add(1)
