@@ -75,7 +75,7 @@ var readmeConsole = []consoleStep{
 	{"show R-01", "", `^\* R%D-01 · coder · done · asked by console:%U: say looking`},
 	{"inbox", "", `^\* `},
 	{"tasks", "", `^\* `},
-	{"help", "", `^\* type @agent <ask>, inbox, tasks, dismiss <task>, .*/as <user>`},
+	{"help", "", `^\* type @agent <ask>, web, inbox, tasks, dismiss <task>, .*/as <user>`},
 }
 
 // TestReadmeConsole types the README's console block, line by line in its
