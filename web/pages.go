@@ -31,6 +31,9 @@ type view struct {
 	// Live is the room whose changes the page follows ("*": any the person
 	// may see; "": none).
 	Live string
+	// Request is the request whose answer the page shows as it is written
+	// ("": none).
+	Request string
 	// Notice is what the last action said (?notice=).
 	Notice string
 	Data   any
@@ -365,5 +368,5 @@ func (s *Server) requestPage(_ http.ResponseWriter, r *http.Request, sess *sessi
 			}
 		}
 	}
-	return "request.html", view{Title: id.String(), Live: req.Room, Data: rv}, nil
+	return "request.html", view{Title: id.String(), Live: req.Room, Request: id.String(), Data: rv}, nil
 }
