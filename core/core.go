@@ -311,8 +311,12 @@ func (b *Bridge) leaderJobs() {
 		b.intake = append(b.intake, job{c.Surface(), func(ctx context.Context) error { return c.Run(ctx, b.router) }})
 	}
 	b.intake = append(b.intake, job{"runners", b.runners.Run})
+	var expiries []expiry
+	if b.web != nil {
+		expiries = append(expiries, expiry{"web sign-in links and sessions", b.web.Sweep})
+	}
 	b.intake = append(b.intake, job{"retention", func(ctx context.Context) error {
-		return retention(ctx, b.opts.Store, b.opts.Clock, b.opts.AuditRetention, b.log)
+		return retention(ctx, b.opts.Store, b.opts.Clock, b.opts.AuditRetention, b.log, expiries...)
 	}})
 }
 
