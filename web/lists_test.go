@@ -3,9 +3,11 @@ package web_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/roombridge/roombridge/delegation"
 	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/web"
 )
@@ -47,5 +49,36 @@ func TestSweepExpiredSignIns(t *testing.T) {
 	}
 	if n := count(); n["web_links"] != 0 || n["web_sessions"] != 0 || n["web_user_sessions"] != 0 {
 		t.Fatalf("stored sign-ins after the sweep %v, want none", n)
+	}
+}
+
+// TestTasksPage: the Tasks page lists the room's background tasks, running
+// and ended, with their outcome.
+func TestTasksPage(t *testing.T) {
+	h := newHarness(t)
+	cookie := signIn(t, h.signInLink(owner))
+	h.mention(owner, "background tests sleep 60; yield")
+	del := h.bridge.Delegation()
+	var running []delegation.Task
+	h.waitStore("a running task", func() bool {
+		running, _ = del.Running(context.Background(), "backend")
+		return len(running) == 1 && running[0].State == delegation.TaskRunning
+	})
+	page := func() string {
+		code, body, _ := get(t, h.bridge.URL, "/tasks?room=backend", cookie)
+		if code != http.StatusOK {
+			t.Fatalf("GET /tasks: %d", code)
+		}
+		return body
+	}
+	if body := page(); !strings.Contains(body, running[0].ID+" tests") || !strings.Contains(body, "(tests) running") {
+		t.Fatalf("the Tasks page does not list the running task:\n%s", body)
+	}
+	if _, err := del.StopTask(context.Background(), running[0].ID, "slack:"+owner, "slack"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStore("the task stopped", func() bool { return strings.Contains(page(), "(tests) stopped — incomplete") })
+	if _, body, _ := get(t, h.bridge.URL, "/tasks?room=elsewhere", cookie); strings.Contains(body, running[0].ID+" tests") {
+		t.Errorf("the Tasks page of another room lists backend's task")
 	}
 }
