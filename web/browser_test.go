@@ -159,6 +159,15 @@ func browse(t *testing.T, name string, w, hgt int) {
 	run(t, ctx, "waiting for the live stream", chromedp.WaitVisible(`body[data-connected="1"]`, chromedp.ByQuery))
 	screenshot(t, ctx, name)
 
+	// "1 of 2": Next shows the second card, Previous the first again.
+	run(t, ctx, "the next card", click(`.card .cardnav a[rel="next"]`))
+	waitText(t, ctx, ".card .count", "2 of 2")
+	waitText(t, ctx, ".card h2", second)
+	run(t, ctx, "the previous card", click(`.card .cardnav a[rel="prev"]`))
+	waitText(t, ctx, ".card .count", "1 of 2")
+	waitText(t, ctx, ".card h2", first)
+	run(t, ctx, "the live stream again", chromedp.WaitVisible(`body[data-connected="1"]`, chromedp.ByQuery))
+
 	// Approve: the Slack card is updated, the next card shows.
 	run(t, ctx, "approving", click(`.card form[action$="/approve"] button`))
 	waitText(t, ctx, ".card .count", "1 of 1")
