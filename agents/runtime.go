@@ -92,6 +92,9 @@ type Live interface {
 	// Said tells that r's agent posted the text written so far as a
 	// message: the live answer starts anew.
 	Said(r *requests.Request)
+	// Ended tells that r's turn is over (its outcome recorded, or the turn
+	// cut): what was live of it may be forgotten.
+	Ended(r *requests.Request)
 }
 
 // Outcome is how a turn ended.

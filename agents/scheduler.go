@@ -313,6 +313,9 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 	revoke := s.issueTools(ctx, log, r.ID, &turn)
 	began := time.Now()
 	k := &sink{s: s, id: r.ID, r: r, cancel: cancelCh, key: requestKey(r), turn: num, resumed: resumed}
+	if s.Live != nil {
+		defer s.Live.Ended(r) // after the outcome is recorded (settle)
+	}
 	out, err := a.Runtime.Run(ctx, turn, k)
 	if errors.Is(err, ErrSessionLost) && turn.Session != "" {
 		out, err = s.continueLost(ctx, log, a, r, turn, k, err)

@@ -303,13 +303,20 @@ func (b *Bridge) leaderJobs() {
 	b.live = threads.NewLive(b.threads, b.opts.Store, b.opts.Clock, b.log, conns...)
 	b.deliver.Live = b.live
 	b.sched.Live = b.live
+	if b.web != nil {
+		b.web.SetLive(b.live) // request pages show the answer as it is written
+	}
 	b.intake = []job{{"sweeper", b.sweeper.Run}}
 	for _, c := range b.opts.Connectors {
 		b.intake = append(b.intake, job{c.Surface(), func(ctx context.Context) error { return c.Run(ctx, b.router) }})
 	}
 	b.intake = append(b.intake, job{"runners", b.runners.Run})
+	var expiries []expiry
+	if b.web != nil {
+		expiries = append(expiries, expiry{"web sign-in links and sessions", b.web.Sweep})
+	}
 	b.intake = append(b.intake, job{"retention", func(ctx context.Context) error {
-		return retention(ctx, b.opts.Store, b.opts.Clock, b.opts.AuditRetention, b.log)
+		return retention(ctx, b.opts.Store, b.opts.Clock, b.opts.AuditRetention, b.log, expiries...)
 	}})
 }
 

@@ -49,18 +49,31 @@ func runJobs(ctx context.Context, jobs []job) error {
 // deletes each, under etcd's 128 operations per transaction).
 const purgeBatch = 50
 
+// expiry is one more kind of record retention deletes once expired: what
+// it is (for the logs) and the function that deletes those expired by now.
+type expiry struct {
+	what  string
+	purge func(ctx context.Context, now time.Time) (int, error)
+}
+
 // retention keeps the store bounded, now and then every pruneEvery until ctx
-// ends: it deletes expired inbound-event dedupe keys and, when auditFor > 0,
+// ends: it deletes expired inbound-event dedupe keys, what the expiries
+// delete (the web room's sign-in links and sessions) and, when auditFor > 0,
 // audit records older than auditFor. A failed round is logged and retried
 // next round: retention is not urgent.
-func retention(ctx context.Context, s store.Store, clk clock.Clock, auditFor time.Duration, log *slog.Logger) error {
+func retention(ctx context.Context, s store.Store, clk clock.Clock, auditFor time.Duration, log *slog.Logger, more ...expiry) error {
 	t := time.NewTicker(pruneEvery)
 	defer t.Stop()
+	all := append([]expiry{{"dedupe keys", func(ctx context.Context, now time.Time) (int, error) {
+		return purgeDedupe(ctx, s, now)
+	}}}, more...)
 	for {
-		if n, err := purgeDedupe(ctx, s, clk.Now()); err != nil && ctx.Err() == nil {
-			log.WarnContext(ctx, "retention: purging dedupe keys failed", "error", err)
-		} else if n > 0 {
-			log.InfoContext(ctx, "retention: purged expired dedupe keys", "keys", n)
+		for _, e := range all {
+			if n, err := e.purge(ctx, clk.Now()); err != nil && ctx.Err() == nil {
+				log.WarnContext(ctx, "retention: purging expired records failed", "what", e.what, "error", err)
+			} else if n > 0 {
+				log.InfoContext(ctx, "retention: purged expired records", "what", e.what, "records", n)
+			}
 		}
 		if auditFor > 0 {
 			n, err := audit.Prune(ctx, s, clk.Now().Add(-auditFor))

@@ -46,6 +46,8 @@ type Live struct {
 	// outbox records it (a retry of the delivery closes it again with it).
 	finished map[string]chat.MessageRef
 	wg       sync.WaitGroup
+	// texts: the live text of each request being written, for Watch.
+	texts liveTexts
 }
 
 // NewLive returns a Live over the connectors (fenced or not: a live
@@ -132,6 +134,7 @@ func (l *Live) stream(r *requests.Request) *stream {
 
 // Delta implements agents.Live.
 func (l *Live) Delta(r *requests.Request, text string) {
+	l.texts.add(r.ID.String(), text)
 	if s := l.stream(r); s != nil {
 		s.add(func() { s.text.WriteString(text) })
 	}
@@ -158,10 +161,25 @@ func (l *Live) Tool(r *requests.Request, phase, name string) {
 // Said implements agents.Live: the text so far was posted as a message, so
 // the live text starts anew.
 func (l *Live) Said(r *requests.Request) {
+	l.texts.reset(r.ID.String())
 	if s := l.stream(r); s != nil {
 		s.add(s.newSegment)
 	}
 }
+
+// Watch subscribes to the live text of request (its ID) as the agent writes
+// it, whatever surface its thread is on and whether or not Run serves: the
+// channel gets the whole text so far at once (if any), then after each
+// change the whole text again (the newest only: a slow reader skips). It
+// is in memory, in the process that runs the turn. cancel ends the
+// subscription (the channel is not closed).
+func (l *Live) Watch(request string) (text <-chan string, cancel func()) {
+	return l.texts.watch(request)
+}
+
+// Ended implements agents.Live: the turn is over (its answer, if any, is
+// stored now), so its live text is forgotten.
+func (l *Live) Ended(r *requests.Request) { l.texts.forget(r.ID.String()) }
 
 // Finish closes request's live messages on surface with m, the final
 // answer, as the outbox delivers it: the one this process streams gets m as

@@ -15,6 +15,7 @@ import (
 
 	"github.com/roombridge/roombridge/connectors/slack/slacktest"
 	"github.com/roombridge/roombridge/delegation"
+	"github.com/roombridge/roombridge/requests"
 )
 
 // chromium finds Debian's chromium: missing, the browser tests fail in CI
@@ -158,6 +159,15 @@ func browse(t *testing.T, name string, w, hgt int) {
 	run(t, ctx, "waiting for the live stream", chromedp.WaitVisible(`body[data-connected="1"]`, chromedp.ByQuery))
 	screenshot(t, ctx, name)
 
+	// "1 of 2": Next shows the second card, Previous the first again.
+	run(t, ctx, "the next card", click(`.card .cardnav a[rel="next"]`))
+	waitText(t, ctx, ".card .count", "2 of 2")
+	waitText(t, ctx, ".card h2", second)
+	run(t, ctx, "the previous card", click(`.card .cardnav a[rel="prev"]`))
+	waitText(t, ctx, ".card .count", "1 of 2")
+	waitText(t, ctx, ".card h2", first)
+	run(t, ctx, "the live stream again", chromedp.WaitVisible(`body[data-connected="1"]`, chromedp.ByQuery))
+
 	// Approve: the Slack card is updated, the next card shows.
 	run(t, ctx, "approving", click(`.card form[action$="/approve"] button`))
 	waitText(t, ctx, ".card .count", "1 of 1")
@@ -224,5 +234,65 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	run(t, ctx, "screenshot", chromedp.FullScreenshot(&png, 100))
 	if err := os.WriteFile(filepath.Join(dir, "web-"+name+".png"), png, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBrowserLiveAnswer: the demo agent streams its answer over 3 s; the
+// request page shows it growing, word by word (no reload, no store write per
+// word), and, when the request ends, the stored result, which equals the
+// last live text.
+func TestBrowserLiveAnswer(t *testing.T) {
+	h := newHarness(t)
+	ctx := browser(t, 1280, 800)
+	link := h.signInLink(owner)
+	base, _, _ := strings.Cut(link, "/signin")
+	run(t, ctx, "signing in", chromedp.Navigate(link), click(`form[action="/signin"] button`),
+		chromedp.WaitVisible("#requests", chromedp.ByQuery))
+
+	words := "one two three four five six seven eight nine ten eleven twelve"
+	h.mention(owner, "stream 3s "+words)
+	var id string
+	h.waitStore("the streaming request", func() bool {
+		list, _ := h.svc().List(context.Background(), requests.Filter{})
+		for _, r := range list {
+			if strings.Contains(r.Ask, "stream 3s") {
+				id = r.ID.String()
+			}
+		}
+		return id != ""
+	})
+	// The page records every live text it shows.
+	run(t, ctx, "the request page", chromedp.Navigate(base+"/requests/"+id),
+		chromedp.WaitVisible("#request", chromedp.ByQuery),
+		chromedp.Evaluate(`window.seen = []; new MutationObserver(function () {
+			var e = document.getElementById("live-text");
+			if (e && !e.parentNode.hidden && e.textContent !== window.seen[window.seen.length-1]) { window.seen.push(e.textContent); }
+		}).observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true}); true`, nil))
+	waitTrue(t, ctx, "part of the answer, live", `(function(){var e=document.getElementById("live-text");
+		return !!e && !e.parentNode.hidden && e.textContent.length > 0 && e.textContent !== `+quote(words)+`})()`)
+	waitTrue(t, ctx, "the result", `document.getElementById("result") !== null && document.getElementById("live") === null`)
+
+	rid, err := requests.ParseID(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := h.svc().Get(context.Background(), rid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != requests.Done || r.Result != words {
+		t.Fatalf("request %s %q, want done with %q", r.State, r.Result, words)
+	}
+	var seen []string
+	var shown string
+	run(t, ctx, "reading the texts", chromedp.Evaluate(`window.seen`, &seen),
+		chromedp.Evaluate(`document.getElementById("result").textContent`, &shown)) // the region may be swapped again meanwhile
+	if len(seen) < 2 || seen[len(seen)-1] != r.Result || shown != r.Result {
+		t.Fatalf("live texts %q, result shown %q: want a growing text ending in the stored result %q", seen, shown, r.Result)
+	}
+	for i, s := range seen {
+		if !strings.HasPrefix(r.Result, s) || (i > 0 && len(s) <= len(seen[i-1])) {
+			t.Fatalf("live text %d %q does not grow toward %q (all: %q)", i, s, r.Result, seen)
+		}
 	}
 }

@@ -43,23 +43,34 @@ func (s *Server) inboxPage(_ http.ResponseWriter, r *http.Request, sess *session
 	return "inbox.html", view{Title: "Inbox", Live: "*", Data: iv}, nil
 }
 
+// taskRow is a line of the Tasks page: a task and its request's room.
+type taskRow struct {
+	delegation.Task
+	Room string
+}
+
+// tasksPage lists the background tasks of the rooms the person may see,
+// running and ended, newest first, with their outcome (?room=NAME: that
+// room's only).
 func (s *Server) tasksPage(_ http.ResponseWriter, r *http.Request, sess *session) (string, view, error) {
-	var out []delegation.Task
+	var out []taskRow
+	only := r.URL.Query().Get("room")
 	if s.tasks != nil {
 		all, err := s.tasks.Tasks(r.Context(), s.svc.Owner())
 		if err != nil {
 			return "", view{}, err
 		}
-		seen := map[requests.ID]bool{}
+		rooms := map[requests.ID]string{} // "": the person may not see it
 		for _, t := range all {
-			ok, known := seen[t.Request]
+			room, known := rooms[t.Request]
 			if !known {
-				req, err := s.svc.Get(r.Context(), t.Request)
-				ok = err == nil && s.rooms.MayAsk(req.Room, sess.User)
-				seen[t.Request] = ok
+				if req, err := s.svc.Get(r.Context(), t.Request); err == nil && s.rooms.MayAsk(req.Room, sess.User) {
+					room = req.Room
+				}
+				rooms[t.Request] = room
 			}
-			if ok {
-				out = append(out, t)
+			if room != "" && (only == "" || only == room) {
+				out = append(out, taskRow{Task: t, Room: room})
 			}
 		}
 		slices.Reverse(out) // newest first

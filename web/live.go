@@ -1,11 +1,13 @@
 package web
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/roombridge/roombridge/approvals"
+	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 )
 
@@ -15,7 +17,9 @@ const keepAlive = 30 * time.Second
 
 // events streams Server-Sent Events to a signed-in page: "change" when
 // something the page shows may have changed, and the page fetches itself
-// again (what it gets is filtered to the person). It wakes on the store's
+// again (what it gets is filtered to the person); with request=ID (a
+// request page), "text" with the answer written so far (a JSON string),
+// while its agent writes it, if the person may see that request. It wakes on the store's
 // notifications: the rooms the person may see (room=NAME: that one; "*":
 // all of them), approvals (cards) and the outbox (task lines). A room the
 // person may not see is refused.
@@ -33,6 +37,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		}
 		rooms = []string{room}
 	}
+	text, stop, err := s.watch(r, sess)
+	if err != nil {
+		http.Error(w, "403 you may not see this request", http.StatusForbidden)
+		return
+	}
+	defer stop()
 	fl, ok := w.(http.Flusher)
 	if !ok {
 		http.Error(w, "500 streaming unsupported", http.StatusInternalServerError)
@@ -63,12 +73,51 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		case <-s.closing:
 			return
 		case <-wake:
+			// The text written before the change goes first: the answer
+			// landing is then shown after its last words, not before.
+			select {
+			case t := <-text:
+				sendText(w, t)
+			default:
+			}
 			fmt.Fprint(w, "event: change\ndata: {}\n\n")
+		case t := <-text:
+			sendText(w, t)
 		case <-tick.C:
 			fmt.Fprint(w, ": keep-alive\n\n")
 		}
 		fl.Flush()
 	}
+}
+
+// watch subscribes to the live text of the request=ID of r, if any (a nil
+// channel, never ready, if not, or without a Watcher); an error if sess may
+// not see that request.
+func (s *Server) watch(r *http.Request, sess *session) (<-chan string, func(), error) {
+	q := r.URL.Query().Get("request")
+	if q == "" || s.live == nil {
+		return nil, func() {}, nil
+	}
+	id, err := requests.ParseID(q)
+	if err != nil {
+		return nil, nil, err
+	}
+	req, err := s.svc.Get(r.Context(), id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !s.rooms.MayAsk(req.Room, sess.User) {
+		return nil, nil, errForbidden
+	}
+	text, stop := s.live.Watch(id.String())
+	return text, stop, nil
+}
+
+// sendText writes a "text" event: the live text as a JSON string (one
+// line: JSON escapes the newlines).
+func sendText(w http.ResponseWriter, t string) {
+	data, _ := json.Marshal(t)
+	fmt.Fprintf(w, "event: text\ndata: %s\n\n", data)
 }
 
 // forward copies the (coalesced) signals of ch to wake until done.

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/roombridge/roombridge/approvals"
@@ -31,6 +32,9 @@ type view struct {
 	// Live is the room whose changes the page follows ("*": any the person
 	// may see; "": none).
 	Live string
+	// Request is the request whose answer the page shows as it is written
+	// ("": none).
+	Request string
 	// Notice is what the last action said (?notice=).
 	Notice string
 	Data   any
@@ -137,6 +141,9 @@ type cardView struct {
 	Of        int
 	MayDecide bool
 	Question  bool
+	// Prev and Next are the room page's links to the cards before and
+	// after this one ("": none; the Inbox lists them all).
+	Prev, Next string
 }
 
 // stripItem is one line of the task strip.
@@ -185,7 +192,16 @@ func (s *Server) roomPage(_ http.ResponseWriter, r *http.Request, sess *session)
 	}
 	rv.Waiting, rv.Hidden = len(items), hidden
 	if shown := visible(items); len(shown) > 0 {
-		rv.Card = s.card(shown[0].Item, 1, len(shown), sess.User)
+		n, _ := strconv.Atoi(q.Get("card")) // "1 of N": which one (?card=, from 1)
+		n = min(max(n, 1), len(shown))
+		rv.Card = s.card(shown[n-1].Item, n, len(shown), sess.User)
+		at := func(i int) string { return "/rooms/" + url.PathEscape(rm.Name) + "?card=" + strconv.Itoa(i) }
+		if n > 1 {
+			rv.Card.Prev = at(n - 1)
+		}
+		if n < len(shown) {
+			rv.Card.Next = at(n + 1)
+		}
 	}
 	if rv.Strip, err = s.strip(ctx, rm.Name, sess.User); err != nil {
 		return "", view{}, err
@@ -365,5 +381,5 @@ func (s *Server) requestPage(_ http.ResponseWriter, r *http.Request, sess *sessi
 			}
 		}
 	}
-	return "request.html", view{Title: id.String(), Live: req.Room, Data: rv}, nil
+	return "request.html", view{Title: id.String(), Live: req.Room, Request: id.String(), Data: rv}, nil
 }

@@ -55,6 +55,12 @@ type Tasks interface {
 	DismissTask(ctx context.Context, id, actor, surface string) (*delegation.Task, error)
 }
 
+// Watcher is the live text of requests as their agents write it
+// (*threads.Live): the whole text so far at once, then after each change.
+type Watcher interface {
+	Watch(request string) (text <-chan string, cancel func())
+}
+
 // Options configure a Server.
 type Options struct {
 	Requests  *requests.Service
@@ -78,6 +84,7 @@ type Server struct {
 	rooms  *directory.Rooms
 	act    Actions
 	tasks  Tasks
+	live   Watcher // nil: request pages show no live text
 	store  store.Store
 	clock  clock.Clock
 	token  string
@@ -109,6 +116,10 @@ func New(o Options) *Server {
 	s.routes()
 	return s
 }
+
+// SetLive makes request pages show the answer as it is written, from w
+// (set before serving: the core builds the live work after the web room).
+func (s *Server) SetLive(w Watcher) { s.live = w }
 
 // base is the URL the web room is reached at.
 func (s *Server) base() string {

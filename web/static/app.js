@@ -1,7 +1,9 @@
 // The web room's live parts: the page listens to /events (Server-Sent
 // Events) and, on each change, fetches itself again and swaps its live
 // regions ([data-region]) in place. Without JavaScript the pages read the
-// same; they just do not update themselves.
+// same; they just do not update themselves. A request page also gets the
+// answer as it is written ("text" events) into #live-text, until the
+// request ends and the page shows the stored result instead.
 (function () {
   "use strict";
   var live = document.body.dataset.live;
@@ -25,6 +27,7 @@
           }
           el.replaceWith(fresh);
         });
+        showText();
         schedule();
       })
       .catch(function () {})
@@ -40,8 +43,25 @@
       timer = setTimeout(function () { timer = null; refresh(); }, 10500);
     }
   }
-  var es = new EventSource("/events?room=" + encodeURIComponent(live));
+  var text = "";
+  function showText() {
+    var el = document.getElementById("live-text");
+    if (el) {
+      el.textContent = text;
+      el.parentNode.hidden = text === "";
+    }
+  }
+  var url = "/events?room=" + encodeURIComponent(live);
+  if (document.body.dataset.request) {
+    url += "&request=" + encodeURIComponent(document.body.dataset.request);
+  }
+  var es = new EventSource(url);
   es.addEventListener("change", refresh);
+  es.addEventListener("text", function (ev) {
+    try { text = JSON.parse(ev.data); } catch (e) { return; }
+    showText();
+  });
+  showText();
   es.addEventListener("open", function () { document.body.dataset.connected = "1"; });
   schedule();
 })();
