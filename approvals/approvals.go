@@ -135,6 +135,12 @@ type Approval struct {
 	Created   time.Time     `json:"created"`
 	ExpiresAt time.Time     `json:"expires_at"`
 	TTL       time.Duration `json:"ttl"`
+	// ShownAt is the time the card tells the time left as of (zero:
+	// Created); NoticeAt is the due time of its notice timer (zero: none);
+	// RemindedAt is the time of the latest reminder sent (notice.go).
+	ShownAt    time.Time `json:"shown_at,omitzero"`
+	NoticeAt   time.Time `json:"notice_at,omitzero"`
+	RemindedAt time.Time `json:"reminded_at,omitzero"`
 	// Link is the request's web page, an "Open" field on the card ("":
 	// none).
 	Link string `json:"link,omitempty"`
@@ -247,6 +253,9 @@ type Options struct {
 	TTL time.Duration
 	// Threads places cards in request threads (nil: no thread cards).
 	Threads *threads.Threads
+	// Remind are the times before the expiry at which the approvers who
+	// have not decided are reminded (config approvals.remind; nil: none).
+	Remind []time.Duration
 	// Log defaults to discarding.
 	Log *slog.Logger
 }
@@ -258,6 +267,7 @@ type Service struct {
 	clock   clock.Clock
 	rooms   *directory.Rooms
 	ttl     time.Duration
+	remind  []time.Duration
 	threads *threads.Threads
 	log     *slog.Logger
 	// Links, if set, gives the web page of a request ("": none): cards
@@ -273,7 +283,7 @@ type Service struct {
 func New(o Options) *Service {
 	s := &Service{
 		svc: o.Requests, store: o.Requests.Store(), clock: o.Requests.Clock(),
-		rooms: o.Rooms, ttl: o.TTL, threads: o.Threads, log: o.Log,
+		rooms: o.Rooms, ttl: o.TTL, remind: o.Remind, threads: o.Threads, log: o.Log,
 	}
 	if s.ttl <= 0 {
 		s.ttl = config.DefaultTTL
@@ -364,6 +374,9 @@ func inboxKey(room string, a *Approval, key string) string {
 // waiters.
 func putTx(tx store.Tx, before, a *Approval, encoded []byte) error {
 	key := a.ref().key()
+	if err := moveNoticeTx(tx, before, a, key); err != nil {
+		return err
+	}
 	if before != nil && before.State == Pending && a.State != Pending {
 		if err := store.RemoveTimer(tx, TimerKind, before.ExpiresAt, key); err != nil {
 			return err
@@ -414,6 +427,30 @@ func putTx(tx store.Tx, before, a *Approval, encoded []byte) error {
 		return fmt.Errorf("approvals: write %s: %w", a.ID, err)
 	}
 	tx.Notify(TopicApprovals)
+	return nil
+}
+
+// moveNoticeTx keeps a's notice timer in step: due at a.NoticeAt while a is
+// pending, gone once it is settled.
+func moveNoticeTx(tx store.Tx, before, a *Approval, key string) error {
+	var was, will time.Time
+	if before != nil && before.State == Pending {
+		was = before.NoticeAt
+	}
+	if a.State == Pending {
+		will = a.NoticeAt
+	}
+	if was.Equal(will) {
+		return nil
+	}
+	if !was.IsZero() {
+		if err := store.RemoveTimer(tx, NoticeKind, was, key); err != nil {
+			return err
+		}
+	}
+	if !will.IsZero() {
+		return store.AddTimer(tx, NoticeKind, will, key)
+	}
 	return nil
 }
 
@@ -469,6 +506,7 @@ func (s *Service) createTx(tx store.Tx, r *requests.Request, n int, kind Kind, a
 		Requester: r.Requester, Action: action, Asker: asker, State: Pending, Version: 1,
 		Created: now, ExpiresAt: now.Add(ttl), TTL: ttl,
 	}
+	a.NoticeAt = s.nextNotice(a, now)
 	root, err := s.rootTx(tx, r)
 	if err != nil {
 		return nil, err
@@ -535,11 +573,8 @@ func (s *Service) postCardsTx(tx store.Tx, a *Approval, r, root *requests.Reques
 			}
 		}
 	}
-	for _, u := range s.rooms.Approvers(a.Room) {
+	for _, u := range s.dmApprovers(a) {
 		surface, id, _ := strings.Cut(u, ":")
-		if !s.rooms.Running(surface) || a.Kind == KindQuestion {
-			continue
-		}
 		if err := post(threads.Effect{Op: threads.OpDirect, Request: r.ID.String(), Surface: surface, User: id,
 			Save: "approval/" + a.ID + "/dm/" + u}); err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
+	"github.com/roombridge/roombridge/threads"
 )
 
 // Verdict is what a person decides. Its values are the action IDs of the
@@ -363,6 +364,9 @@ func (s *Service) expireTx(tx store.Tx, st *settlement) (*Approval, error) {
 		reason := "not approved within " + Duration(a.TTL)
 		_, err := s.svc.ApplyTx(tx, a.RequestID, requests.Change{Event: requests.Expire, Actor: ActorTTL,
 			Detail: detail, Mutate: func(r *requests.Request) { r.Reason = reason }})
+		if err == nil {
+			err = offerRetryTx(tx, after)
+		}
 		if !errors.Is(err, requests.ErrIllegalTransition) {
 			return after, err // expired with its request (the request's record is the audit record)
 		}
@@ -382,4 +386,19 @@ func (s *Service) expireTx(tx store.Tx, st *settlement) (*Approval, error) {
 		Time: after.DecidedAt, RequestID: a.RequestID.String(), Actor: ActorTTL, Action: action,
 		From: string(Pending), To: string(Expired), Detail: detail,
 	})
+}
+
+// offerRetryTx posts RetryOffer in the asking request's thread, under the
+// expired card's copy there (none: no thread, no offer).
+func offerRetryTx(tx store.Tx, a *Approval) error {
+	for _, c := range a.Copies {
+		if c.Ref != "approval/"+a.ID+"/thread" {
+			continue
+		}
+		if err := threads.Enqueue(tx, threads.Effect{Op: threads.OpReply, Request: c.Request, Surface: c.Surface,
+			Save: "approval/" + a.ID + "/retry", Message: RetryOffer(a)}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

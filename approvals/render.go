@@ -52,6 +52,25 @@ func Card(a *Approval) chat.Message {
 	}
 }
 
+// ActionRetry is the action ID of the Retry button on an expired request's
+// card: its value is the request to ask again (package rooms handles the
+// click as the retry command).
+const ActionRetry = "retry"
+
+// RetryOffer is what the thread of a request whose approval expired shows
+// under its card: that it expired, and a Retry button for the requester (a
+// new request that references this one, as the retry command makes).
+func RetryOffer(a *Approval) chat.Message {
+	text := a.Requester + ": nobody decided on " + a.RequestID.String() + " within " + Duration(a.TTL) + ". Retry asks again."
+	return chat.Message{Request: a.RequestID.String(), Kind: KindRetryOffer, Text: text, Card: &chat.Card{
+		Title: "Approval expired · " + a.ID, Text: text, BlockID: "retry:" + a.RequestID.String(),
+		Buttons: []chat.Button{{ActionID: ActionRetry, Label: "Retry", Value: a.RequestID.String(), Style: "primary"}},
+	}}
+}
+
+// KindRetryOffer is the message kind of RetryOffer.
+const KindRetryOffer = "approval_retry"
+
 // QuestionCard renders a question as every thread that shows it does,
 // labelled with the asking request's agent and ID: "reviewer (R-08) asks:
 // which region?", on behalf of the root request when delegated, with how to
@@ -123,9 +142,9 @@ func Status(a *Approval) string {
 	switch a.State {
 	case Pending:
 		if q {
-			return "waiting for an answer: reply in this thread (or type: answer " + shortRef(a, a.ID) + " <text>) · expires " + stamp(a.ExpiresAt, a.Created)
+			return "waiting for an answer: reply in this thread (or type: answer " + shortRef(a, a.ID) + " <text>) · " + expires(a)
 		}
-		return "waiting for a decision · expires " + stamp(a.ExpiresAt, a.Created)
+		return "waiting for a decision · " + expires(a)
 	case Answered:
 		return fmt.Sprintf("answered by %s at %s: %s", a.DecidedBy, stamp(a.DecidedAt, a.Created), clip.Line(a.Answer, 300, clip.Bytes))
 	case Approved, Denied:
@@ -142,6 +161,11 @@ func Status(a *Approval) string {
 		return "withdrawn at " + stamp(a.DecidedAt, a.Created) + ": " + a.Reason
 	}
 	return string(a.State)
+}
+
+// expires tells when pending a expires: "expires in 23 h (10:00 UTC)".
+func expires(a *Approval) string {
+	return "expires in " + a.left() + " (" + stamp(a.ExpiresAt, a.Created) + ")"
 }
 
 // retryRef names the request to retry: its short form while that still

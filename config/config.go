@@ -104,6 +104,8 @@ type Agent struct {
 type Approvals struct {
 	TTL   time.Duration `yaml:"ttl"`
 	Sweep string        `yaml:"sweep"`
+	// Remind: config/approvals.go.
+	Remind []time.Duration `yaml:"remind"`
 }
 
 // Delegation configures agents asking agents.
@@ -389,6 +391,7 @@ func (c *Config) setDefaults() {
 	if c.Approvals.Sweep == "" {
 		c.Approvals.Sweep = DefaultSweep
 	}
+	c.setApprovalsDefaults()
 	if c.Log.Format == "" {
 		c.Log.Format = DefaultLogFormat
 	}
@@ -513,6 +516,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Approvals.TTL < 0 {
 		return keyErr("approvals.ttl", "must not be negative")
+	}
+	if err := c.validateRemind(); err != nil {
+		return err
 	}
 	if h := c.HA; h != nil {
 		if len(h.Etcd) == 0 {

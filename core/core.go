@@ -183,7 +183,7 @@ func (b *Bridge) services(ctx context.Context) error {
 	b.threads = threads.New(b.rooms)
 	b.threads.SetRequests(b.svc) // a delegated request's title names the agent that asked
 	b.appr = approvals.New(approvals.Options{Requests: b.svc, Rooms: b.rooms, TTL: cfg.Approvals.TTL,
-		Threads: b.threads, Log: log})
+		Remind: cfg.Approvals.Remind, Threads: b.threads, Log: log})
 	caps := map[string]int{}
 	for name, a := range cfg.Agents {
 		caps[name] = a.MaxBackgroundTasks
@@ -212,7 +212,8 @@ func (b *Bridge) services(ctx context.Context) error {
 		}
 	}
 	// The sweeper expires approvals and times out rendezvous.
-	b.sweeper, err = ttl.New(ttl.Options{Spec: cfg.Approvals.Sweep, Clock: b.opts.Clock, Log: log, OnSweep: met.Sweep}, b.appr, b.del)
+	b.sweeper, err = ttl.New(ttl.Options{Spec: cfg.Approvals.Sweep, Clock: b.opts.Clock, Log: log, OnSweep: met.Sweep,
+		Notices: []ttl.Expirer{b.appr.Notices()}}, b.appr, b.del)
 	return err
 }
 

@@ -98,6 +98,10 @@ func (rt *Router) Handle(ctx context.Context, ev chat.Event) chat.Response {
 			msg = fmt.Sprintf("%s → %s (%s)", r.ID, r.Agent, r.State)
 		}
 	case chat.Click:
+		if ev.Click != nil && ev.Click.ActionID == approvals.ActionRetry {
+			msg, err = rt.retryClick(ctx, ev)
+			break
+		}
 		// Refusals are audited by approvals; the actor alone is told why.
 		var a *approvals.Approval
 		a, err = rt.appr.Click(ctx, ev.Click, ev.User, ev.Surface)
@@ -222,6 +226,12 @@ func (rt *Router) Retry(ctx context.Context, id requests.ID, user, surface strin
 		return nil, conflict(fmt.Sprintf("requests: retry %s: it is still %s (retry makes a new request once it has ended)", id, old.State))
 	}
 	return rt.svc.Retry(ctx, id, user, surface)
+}
+
+// retryClick handles the Retry button of an expired card: the retry
+// command on the request the button names, authorised as the command is.
+func (rt *Router) retryClick(ctx context.Context, ev chat.Event) (string, error) {
+	return rt.requestCommand(ctx, "retry", ev.Click.Value, ev)
 }
 
 // userMessage is the one place that turns an error into what a person reads.

@@ -77,6 +77,10 @@ type Options struct {
 	Page, Parallel, Batch int
 	// OnSweep, if set, is told what each sweep did (metrics).
 	OnSweep func(Result)
+	// Notices are swept after the expirers, the same way, but their items
+	// are not expired: their timers are notices (an approval card's time
+	// left, reminders), counted in Result.Notices only.
+	Notices []Expirer
 }
 
 // Result is what one sweep did.
@@ -89,6 +93,8 @@ type Result struct {
 	Skipped int
 	// Failed is how many could not be expired (retried next sweep).
 	Failed int
+	// Notices is how many notices (Options.Notices) were sent.
+	Notices int
 	// Took is how long the sweep took.
 	Took time.Duration
 }
@@ -230,6 +236,13 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (Result, error) {
 		if err := s.sweep(ctx, e, now, &res); err != nil && firstErr == nil {
 			firstErr = err
 		}
+	}
+	for _, e := range s.o.Notices {
+		var n Result
+		if err := s.sweep(ctx, e, now, &n); err != nil && firstErr == nil {
+			firstErr = err
+		}
+		res.Notices += n.Expired
 	}
 	res.Took = time.Since(start)
 	if s.o.OnSweep != nil {

@@ -22,6 +22,7 @@ import (
 	slackgo "github.com/slack-go/slack"
 
 	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/connectors/slack"
 	"github.com/roombridge/roombridge/connectors/slack/slacktest"
 	"github.com/roombridge/roombridge/requests"
@@ -54,6 +55,8 @@ type setup struct {
 	// handler, if set, wraps the core's chat.Handler as the connector sees
 	// it (a slow or stuck core).
 	handler func(chat.Handler) chat.Handler
+	// clock, if set, is the bridge's clock (a fake one: tests that expire).
+	clock clock.Clock
 }
 
 // Fast pacing for tests that post a lot: the fake allows one post per
@@ -159,7 +162,7 @@ func (h *harness) start() {
 	if h.s.handler != nil {
 		c = wrappedCore{conn, h.s.handler}
 	}
-	h.bridge = coretest.Start(t, coretest.Options{Config: h.config(), Dir: h.dir, Log: h.log,
+	h.bridge = coretest.Start(t, coretest.Options{Config: h.config(), Dir: h.dir, Log: h.log, Clock: h.s.clock,
 		Connectors: func() []chat.Connector { return []chat.Connector{c} }})
 	h.db, h.svc, h.del, h.conn = h.bridge.DB, h.bridge.Requests(), h.bridge.Delegation(), conn
 	if h.s.mode == slack.ModeSocket {
