@@ -181,6 +181,10 @@ func (d *codexDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 				d.said = it.Text
 			}
 		}
+		if it.Type == "reasoning" && it.Text != "" && d.live {
+			// Shown live as the agent's thinking, never stored.
+			return []agents.TurnEvent{{Type: agents.EventThinking, Text: it.Text}}, nil
+		}
 		if name, ok := d.open[it.ID]; ok {
 			delete(d.open, it.ID)
 			end := agents.TurnEvent{Type: agents.EventTool, Phase: agents.PhaseEnd, Name: name}

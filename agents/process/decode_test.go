@@ -249,6 +249,7 @@ func TestCodexDecoderLive(t *testing.T) {
 	var got []agents.TurnEvent
 	for _, line := range []string{
 		`{"type":"thread.started","thread_id":"th1"}`,
+		`{"type":"item.completed","item":{"id":"item_r","type":"reasoning","text":"**Checking the build first**"}}`,
 		`{"type":"item.completed","item":{"id":"item_0","type":"agent_message","text":"Checking the build."}}`,
 		`{"type":"item.started","item":{"id":"item_1","type":"command_execution","command":"go build ./...","status":"in_progress"}}`,
 		`{"type":"item.completed","item":{"id":"item_1","type":"command_execution","command":"go build ./...","status":"completed"}}`,
@@ -263,6 +264,7 @@ func TestCodexDecoderLive(t *testing.T) {
 	}
 	want := []agents.TurnEvent{
 		{Type: agents.EventSession, ID: "th1"},
+		{Type: agents.EventThinking, Text: "**Checking the build first**"},
 		{Type: agents.EventMessage, Text: "Checking the build."},
 		{Type: agents.EventTool, Phase: agents.PhaseStart, Name: "shell: go build ./..."},
 		{Type: agents.EventTool, Phase: agents.PhaseEnd, Name: "shell: go build ./..."},
