@@ -20,7 +20,10 @@ import (
 // nothing runs or is delivered), with the web room: what the benchmarks
 // time is the web room's reads and its live streams alone.
 func benchBridge(b *testing.B) *coretest.Bridge {
-	cfg := strings.ReplaceAll(config, "%BIN%", fmt.Sprintf("%q", bridgeBin))
+	// 100,000 requests for one agent and 200 SSE clients from one address:
+	// over the default queue limit and per-client connection cap.
+	cfg := strings.ReplaceAll(config, "%BIN%", fmt.Sprintf("%q", bridgeBin)) +
+		"requests: {queue_limit: 1000000}\nhttp: {max_conns_per_client: 1000}\n"
 	return coretest.Start(b, coretest.Options{Config: cfg, Dir: b.TempDir(), Idle: true})
 }
 
