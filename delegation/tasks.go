@@ -128,8 +128,13 @@ func (t *Task) What() string {
 // tasks is the in-memory side of running tasks: their processes.
 type tasks struct {
 	mu    sync.Mutex
-	procs map[string]*exec.Cmd
+	procs map[string]*exec.Cmd // from its start until its end is committed
 	wg    sync.WaitGroup
+	// starting is held (read) by BackgroundRun from before it inserts a
+	// task until the task's process is in procs (or its failed start is
+	// recorded), and (write) by Recover: a task being started here is
+	// never taken for one whose process did not survive a restart.
+	starting sync.RWMutex
 }
 
 func (t *Task) agentKey() string { return "a/" + t.Owner + "/" + t.Agent + "/" + t.ID }
@@ -155,6 +160,8 @@ func (s *Service) BackgroundRun(ctx context.Context, from requests.ID, run agent
 	}
 	var t *Task
 	var refusal, replayed string
+	s.tasks.starting.RLock()
+	defer s.tasks.starting.RUnlock()
 	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
 		t, refusal, replayed = nil, "", ""
 		r, err := s.svc.GetTx(tx, from)
@@ -329,14 +336,16 @@ func (s *Service) start(t *Task) {
 		defer s.tasks.wg.Done()
 		err := cmd.Wait()
 		close(exited)
-		s.tasks.mu.Lock()
-		delete(s.tasks.procs, t.ID)
-		s.tasks.mu.Unlock()
 		state, reason := TaskSucceeded, ""
 		if err != nil {
 			state, reason = TaskFailed, err.Error()
 		}
 		s.finish(t, state, reason, out.String())
+		// Ours until its end is committed: Recover in between would
+		// record it interrupted instead.
+		s.tasks.mu.Lock()
+		delete(s.tasks.procs, t.ID)
+		s.tasks.mu.Unlock()
 	}()
 }
 
@@ -464,8 +473,11 @@ func (s *Service) stopTasksTx(tx store.Tx, r *requests.Request) error {
 // process is not this process's (the bridge restarted): the request that
 // started each is told so. An agent run goes on: its request resumes with
 // its session like any request (one that ended ends its task now). Call it
-// once at start, before the scheduler runs.
+// at the start of each leader term, before the scheduler runs; it is safe
+// while calls start tasks (see tasks.starting).
 func (s *Service) Recover(ctx context.Context) error {
+	s.tasks.starting.Lock()
+	defer s.tasks.starting.Unlock()
 	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
 		var ts []Task
 		err := tx.Scan(bucketTasksOpen, "a/", store.PrefixEnd("a/"), func(k string, _ []byte) error {
