@@ -176,37 +176,48 @@ func Load(path string) (*Config, error) {
 
 // Parse is Load from bytes.
 func Parse(b []byte) (*Config, error) {
-	var root yaml.Node
-	if err := yaml.Unmarshal(b, &root); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	if len(root.Content) == 0 {
-		return nil, errors.New("config: the file is empty")
-	}
-	doc := root.Content[0]
-	if doc.Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("config: line %d: the file is not a mapping of keys (want lines like \"owner: acme\")", doc.Line)
-	}
-	var secretEnv []string
-	if err := expandEnv(doc, "", &secretEnv); err != nil {
+	c, secretEnv, err := decode[Config](b)
+	if err != nil {
 		return nil, err
-	}
-	if err := checkKeys(doc, reflect.TypeFor[Config](), ""); err != nil {
-		return nil, err
-	}
-	// Decoded from the checked tree itself: a text marshalled from it
-	// would have other line numbers, and need not read back the same (an
-	// empty value in a flow mapping came back as "").
-	var c Config
-	if err := doc.Decode(&c); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
 	}
 	c.SecretEnv = secretEnv
 	c.setDefaults()
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	return &c, nil
+	return c, nil
+}
+
+// decode reads a configuration file's YAML into a T: ${ENV} expanded (the
+// variables expanded into secret keys are returned), every key checked
+// against T's fields, so an unknown or misplaced key is named.
+func decode[T any](b []byte) (*T, []string, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(b, &root); err != nil {
+		return nil, nil, fmt.Errorf("config: %w", err)
+	}
+	if len(root.Content) == 0 {
+		return nil, nil, errors.New("config: the file is empty")
+	}
+	doc := root.Content[0]
+	if doc.Kind != yaml.MappingNode {
+		return nil, nil, fmt.Errorf("config: line %d: the file is not a mapping of keys (want lines like \"owner: acme\")", doc.Line)
+	}
+	var secretEnv []string
+	if err := expandEnv(doc, "", &secretEnv); err != nil {
+		return nil, nil, err
+	}
+	if err := checkKeys(doc, reflect.TypeFor[T](), ""); err != nil {
+		return nil, nil, err
+	}
+	// Decoded from the checked tree itself: a text marshalled from it
+	// would have other line numbers, and need not read back the same (an
+	// empty value in a flow mapping came back as "").
+	var v T
+	if err := doc.Decode(&v); err != nil {
+		return nil, nil, fmt.Errorf("config: %w", err)
+	}
+	return &v, secretEnv, nil
 }
 
 // secretKeys are the last parts of the keys that hold secrets.

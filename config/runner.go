@@ -1,14 +1,10 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
-	"reflect"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // Runners configures the bridge's side of runners (docs/runners.md):
@@ -91,26 +87,11 @@ func LoadRunner(path string) (*RunnerFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	var root yaml.Node
-	if err := yaml.Unmarshal(b, &root); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	if len(root.Content) == 0 {
-		return nil, errors.New("config: the file is empty")
-	}
-	doc := root.Content[0]
-	var secretEnv []string
-	if err := expandEnv(doc, "", &secretEnv); err != nil {
+	f, _, err := decode[RunnerFile](b)
+	if err != nil {
 		return nil, err
 	}
-	if err := checkKeys(doc, reflect.TypeFor[RunnerFile](), ""); err != nil {
-		return nil, err
-	}
-	var f RunnerFile
-	if err := doc.Decode(&f); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	return &f, f.validate()
+	return f, f.validate()
 }
 
 func (f *RunnerFile) validate() error {
