@@ -51,7 +51,8 @@ type Live struct {
 }
 
 // NewLive returns a Live over the connectors (fenced or not: a live
-// message's opening and closing are claimed like any delivery).
+// message's opening, every update and its closing are claimed like any
+// delivery).
 func NewLive(th *Threads, s store.Store, c clock.Clock, log *slog.Logger, connectors ...chat.Connector) *Live {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

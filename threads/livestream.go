@@ -172,12 +172,16 @@ func (s *stream) send(ctx context.Context) {
 var errNoThread = errors.New("the thread is not posted yet")
 
 // push shows u, opening the live message first (and recording it) if it
-// is not open yet.
+// is not open yet. Every append is claimed like any send (HA: a deposed
+// leader shows nothing more); appends are paced, so that is a claim per
+// update at the surface's pace, never one per delta.
 func (s *stream) push(ctx context.Context, u chat.StreamUpdate) error {
 	if s.msg.ID == "" {
 		if err := s.openMessage(ctx); err != nil {
 			return err
 		}
+	} else if err := s.rt.claim(ctx); err != nil {
+		return err
 	}
 	return s.conn.AppendStream(ctx, s.msg, u)
 }
