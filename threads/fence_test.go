@@ -149,10 +149,10 @@ func (c *claims) count() int {
 	return c.n
 }
 
-// TestFencedClaimsEverySend: every delivery attempt through a fence, of
-// every op (the direct message and the lookup of a post in doubt too), is
-// preceded by one claim; while claims fail nothing is posted, looked up or
-// edited, and the effects wait in the outbox, in order.
+// TestFencedClaimsEverySend: every call to the platform through a fence,
+// of every op (the direct message and the lookup of a post in doubt too),
+// comes right after a claim; while claims fail nothing is posted, looked
+// up or edited, and the effects wait in the outbox, in order.
 func TestFencedClaimsEverySend(t *testing.T) {
 	f := newDoubtFixture(t)
 	cl := &claims{}
@@ -176,8 +176,8 @@ func TestFencedClaimsEverySend(t *testing.T) {
 	if got := f.b.texts(); !slices.Equal(slices.Sorted(slices.Values(got)), []string{"R1", "decide?", "hello"}) || len(f.b.updates) != 1 {
 		t.Errorf("posts %q, updates %q: want the parent, the DM and the reply once, one edit", got, f.b.updates)
 	}
-	if n := cl.count(); n != 4 || f.b.lookupCount() != 2 {
-		t.Errorf("%d claims and %d lookups, want 4 (one per effect) and 2 (the effects in doubt)", n, f.b.lookupCount())
+	if n := cl.count(); n != 6 || f.b.lookupCount() != 2 {
+		t.Errorf("%d claims and %d lookups, want 6 (one per call: 4 sends, 2 lookups) and 2 (the effects in doubt)", n, f.b.lookupCount())
 	}
 
 	// Used as a plain connector, the fence claims too.

@@ -216,6 +216,9 @@ func (l *Live) Finish(ctx context.Context, surface, request string, m chat.Messa
 		if live.ID != "" && o.ref == live {
 			text, in, found = m.Text, o.ref, true
 		}
+		if err := rt.claim(ctx); err != nil {
+			return chat.MessageRef{}, false, nil, err
+		}
 		if err := conn.CloseStream(ctx, o.ref, chat.Message{Request: request, Kind: m.Kind, Text: text}); err != nil {
 			return chat.MessageRef{}, false, nil, fmt.Errorf("threads: close live message %s: %w", o.ref.ID, err)
 		}

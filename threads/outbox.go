@@ -70,15 +70,15 @@ func NewDeliverer(s store.Store, c clock.Clock, log *slog.Logger, connectors ...
 	return &Deliverer{store: s, connectors: m, clock: c, log: log, doubt: map[uint64]bool{}, newTerm: true}
 }
 
-// Run delivers until ctx ends, woken by outbox notifications and back-off
-// deadlines (no polling). Each Run begins a term (a leader's): the effects
-// that were first of their thread when it starts are in doubt. Flush after
-// Run continues its term.
+// Run delivers until ctx ends, woken by outbox notifications, back-off
+// deadlines and its own deliveries ending (no polling). Each Run begins a
+// term (a leader's): the effects that were first of their thread when it
+// starts are in doubt. Flush after Run continues its term.
 func (d *Deliverer) Run(ctx context.Context) error {
 	d.mu.Lock()
 	d.newTerm = true
 	d.mu.Unlock()
-	return d.loop(ctx, false)
+	return d.dispatch(ctx)
 }
 
 // Flush delivers until the outbox is empty (nil) or ctx ends (an error
@@ -86,46 +86,25 @@ func (d *Deliverer) Run(ctx context.Context) error {
 // grace period. Effects held back (a coalesced edit, a retry after a
 // failure or a 429) are waited for while ctx allows; when the earliest of
 // them is due only after ctx's deadline, Flush gives up at once.
-func (d *Deliverer) Flush(ctx context.Context) error { return d.loop(ctx, true) }
-
-// loop is Run, or Flush when untilEmpty is set.
-func (d *Deliverer) loop(ctx context.Context, untilEmpty bool) error {
+func (d *Deliverer) Flush(ctx context.Context) error {
 	wake, cancel := d.store.Subscribe(store.TopicOutbox)
 	defer cancel()
 	for {
 		if ctx.Err() != nil {
-			if untilEmpty {
-				return d.left(ctx, ctx.Err())
-			}
-			return nil
+			return d.left(ctx, ctx.Err())
 		}
 		next, err := d.DeliverOnce(ctx)
 		if err != nil && ctx.Err() == nil {
 			d.log.ErrorContext(ctx, "outbox round failed", "error", err)
 			next = d.clock.Now().Add(minBackoff)
 		}
-		if untilEmpty {
-			if n, err := d.pending(ctx); err == nil && n == 0 {
-				return nil
-			}
-			if dl, ok := ctx.Deadline(); ok && !next.IsZero() && next.After(dl) {
-				return d.left(ctx, fmt.Errorf("the next is due at %s, after the deadline", next.Format(time.RFC3339Nano)))
-			}
+		if n, err := d.pending(ctx); err == nil && n == 0 {
+			return nil
 		}
-		var timer *time.Timer
-		var due <-chan time.Time
-		if !next.IsZero() {
-			timer = time.NewTimer(max(next.Sub(d.clock.Now()), time.Millisecond))
-			due = timer.C
+		if dl, ok := ctx.Deadline(); ok && !next.IsZero() && next.After(dl) {
+			return d.left(ctx, fmt.Errorf("the next is due at %s, after the deadline", next.Format(time.RFC3339Nano)))
 		}
-		select {
-		case <-ctx.Done():
-		case <-wake:
-		case <-due:
-		}
-		if timer != nil {
-			timer.Stop()
-		}
+		d.wait(ctx, wake, nil, next)
 	}
 }
 
@@ -156,63 +135,35 @@ func (d *Deliverer) left(ctx context.Context, why error) error {
 	return fmt.Errorf("threads: flush: %d effect(s) left: %w", n, why)
 }
 
-// DeliverOnce makes one delivery round over the pending effects and returns
-// when the earliest backed-off effect is due (zero: none is waiting).
+// DeliverOnce makes one delivery round over the pending effects, every
+// ready thread's effects in order, and returns when the earliest
+// backed-off effect is due (zero: none is waiting).
 func (d *Deliverer) DeliverOnce(ctx context.Context) (time.Time, error) {
-	var pending []store.Effect
-	if err := d.store.View(ctx, func(tx store.Tx) error {
-		var err error
-		pending, err = store.PendingEffects(tx, batchSize)
-		return err
-	}); err != nil {
-		return time.Time{}, fmt.Errorf("threads: outbox: %w", err)
+	p, err := d.plan(ctx, nil, nil)
+	if err != nil {
+		return time.Time{}, err
 	}
-	d.markHeads(pending)
-	now := d.clock.Now()
-	var next time.Time
-	queues := map[string][]store.Effect{}
-	var order []string
-	blocked := map[string]bool{}
-	for _, e := range pending {
-		if blocked[e.Queue] {
-			continue
-		}
-		if e.NotBefore.After(now) {
-			blocked[e.Queue] = true
-			if next.IsZero() || e.NotBefore.Before(next) {
-				next = e.NotBefore
-			}
-			continue
-		}
-		if _, ok := queues[e.Queue]; !ok {
-			order = append(order, e.Queue)
-		}
-		queues[e.Queue] = append(queues[e.Queue], e)
-	}
+	next := p.next
 	sem := make(chan struct{}, parallelQueues)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	for _, q := range order {
+	for _, q := range p.order {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func(effects []store.Effect) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			for _, e := range effects {
-				retryAt, ok := d.deliver(ctx, e)
-				if !ok {
-					mu.Lock()
-					if next.IsZero() || retryAt.Before(next) {
-						next = retryAt
-					}
-					mu.Unlock()
-					return // keep the thread's order: later effects wait
+			if retryAt := d.deliverQueue(ctx, effects); !retryAt.IsZero() {
+				mu.Lock()
+				if next.IsZero() || retryAt.Before(next) {
+					next = retryAt
 				}
+				mu.Unlock()
 			}
-		}(queues[q])
+		}(p.queues[q])
 	}
 	wg.Wait()
-	if len(pending) == batchSize {
+	if p.full {
 		// More may be waiting behind this batch.
 		return d.clock.Now(), nil
 	}
@@ -344,14 +295,13 @@ func (d *Deliverer) deliver(ctx context.Context, se store.Effect) (time.Time, bo
 }
 
 // attempt makes one delivery attempt of effect se (decoded: e) through rt
-// and returns what to record with its ack. The claims of rt's fences come
-// first, for the whole attempt (the lookup of a post in doubt included): one
-// place, whatever the op, and every ability of the connector behind them.
+// and returns what to record with its ack. Each call to the platform (the
+// lookup of a post in doubt included) comes right after the claims of rt's
+// fences, with nothing between them (no store read): a deposed leader
+// that is paused between the two is the only one that may still send, and
+// the window is as small as one call.
 func (d *Deliverer) attempt(ctx context.Context, log *slog.Logger, rt route, se store.Effect, e Effect) (func(store.Tx) error, error) {
-	if err := rt.claim(ctx); err != nil {
-		return nil, err
-	}
-	return d.send(ctx, rt.conn, e, d.finder(ctx, log, rt.conn, se, e))
+	return d.send(ctx, rt, e, d.finder(ctx, log, rt, se, e))
 }
 
 // findFunc looks for the post of an effect in doubt (see finder).
@@ -362,13 +312,16 @@ type findFunc func(chat.Lookup) (chat.MessageRef, bool, error)
 // fails is logged and counts as not found (the effect is posted: at least
 // once), except for a rate limit or the end of ctx, which delay the delivery
 // (the lookup is made again at the next attempt).
-func (d *Deliverer) finder(ctx context.Context, log *slog.Logger, conn chat.Connector, se store.Effect, e Effect) findFunc {
-	f, ok := conn.(chat.Finder)
+func (d *Deliverer) finder(ctx context.Context, log *slog.Logger, rt route, se store.Effect, e Effect) findFunc {
+	f, ok := rt.conn.(chat.Finder)
 	if !ok || !d.inDoubt(se.Seq) {
 		return func(chat.Lookup) (chat.MessageRef, bool, error) { return chat.MessageRef{}, false, nil }
 	}
 	return func(l chat.Lookup) (chat.MessageRef, bool, error) {
 		l.Key, l.Since = e.Message.IdempotencyKey, se.Created
+		if err := rt.claim(ctx); err != nil {
+			return chat.MessageRef{}, false, err
+		}
 		ref, found, err := f.FindPosted(ctx, l)
 		var ra *chat.RetryAfterError
 		switch {
@@ -384,9 +337,10 @@ func (d *Deliverer) finder(ctx context.Context, log *slog.Logger, conn chat.Conn
 	}
 }
 
-// send performs the effect and returns what to record with its ack; find
-// first looks for a post in doubt.
-func (d *Deliverer) send(ctx context.Context, conn chat.Connector, e Effect, find findFunc) (func(store.Tx) error, error) {
+// send performs the effect through rt and returns what to record with its
+// ack; find first looks for a post in doubt.
+func (d *Deliverer) send(ctx context.Context, rt route, e Effect, find findFunc) (func(store.Tx) error, error) {
+	conn := rt.conn
 	switch e.Op {
 	case OpThread:
 		var exists bool
@@ -411,6 +365,9 @@ func (d *Deliverer) send(ctx context.Context, conn chat.Connector, e Effect, fin
 		case found:
 			tref = chat.ThreadRef{Surface: e.Surface, Channel: mref.Channel, ID: mref.ID}
 		default:
+			if err = rt.claim(ctx); err != nil {
+				return nil, err
+			}
 			if tref, mref, err = conn.StartThread(ctx, e.Channel, e.Message); err != nil {
 				return nil, err
 			}
@@ -443,7 +400,7 @@ func (d *Deliverer) send(ctx context.Context, conn chat.Connector, e Effect, fin
 				return forget, err
 			}
 		}
-		return d.reply(ctx, conn, e, tref, find, forget)
+		return d.reply(ctx, rt, e, tref, find, forget)
 	case OpUpdate:
 		var mref chat.MessageRef
 		if err := d.store.View(ctx, func(tx store.Tx) error {
@@ -456,6 +413,9 @@ func (d *Deliverer) send(ctx context.Context, conn chat.Connector, e Effect, fin
 			}
 			return nil, err
 		}
+		if err := rt.claim(ctx); err != nil {
+			return nil, err
+		}
 		return nil, conn.Update(ctx, mref, e.Message)
 	case OpDirect:
 		dm, ok := conn.(chat.DirectMessenger)
@@ -464,7 +424,9 @@ func (d *Deliverer) send(ctx context.Context, conn chat.Connector, e Effect, fin
 		}
 		mref, found, err := find(chat.Lookup{User: e.User})
 		if err == nil && !found {
-			mref, err = dm.Direct(ctx, e.User, e.Message)
+			if err = rt.claim(ctx); err == nil {
+				mref, err = dm.Direct(ctx, e.User, e.Message)
+			}
 		}
 		if err != nil || e.Save == "" {
 			return nil, err
@@ -476,10 +438,12 @@ func (d *Deliverer) send(ctx context.Context, conn chat.Connector, e Effect, fin
 
 // reply posts effect e in thread tref (unless find finds it posted) and
 // returns what to record with its ack, with also (if set).
-func (d *Deliverer) reply(ctx context.Context, conn chat.Connector, e Effect, tref chat.ThreadRef, find findFunc, also func(store.Tx) error) (func(store.Tx) error, error) {
+func (d *Deliverer) reply(ctx context.Context, rt route, e Effect, tref chat.ThreadRef, find findFunc, also func(store.Tx) error) (func(store.Tx) error, error) {
 	mref, found, err := find(chat.Lookup{Thread: &tref})
 	if err == nil && !found {
-		mref, err = conn.Reply(ctx, tref, e.Message)
+		if err = rt.claim(ctx); err == nil {
+			mref, err = rt.conn.Reply(ctx, tref, e.Message)
+		}
 	}
 	if err != nil {
 		return nil, err

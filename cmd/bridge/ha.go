@@ -59,7 +59,7 @@ func openBackend(cfg *config.Config, log *slog.Logger) (*backend, error) {
 	}
 	return &backend{
 		store:      st,
-		leadership: elected{l, st},
+		leadership: elected{l, st, cfg.HA.LeaseTTL / 3},
 		auditFor:   cfg.HA.AuditRetention,
 		close: func() {
 			_ = st.Close()
@@ -76,12 +76,38 @@ func openBackend(cfg *config.Config, log *slog.Logger) (*backend, error) {
 type elected struct {
 	*election.Leadership
 	store store.Store
+	// fresh bounds how long a claim may take, from the request to the use
+	// of its answer: a third of the lease's TTL, the keep-alive period.
+	fresh time.Duration
 }
 
 func (e elected) Lead(ctx context.Context, work func(context.Context) error) error {
 	return e.Run(ctx, work)
 }
 
+// claimTries bounds the claims made in a row when each came back late.
+const claimTries = 3
+
+// Claim makes sure this instance leads, just before a post. etcd's answer
+// tells how things were when etcd gave it: an answer used much later (the
+// process was paused, SIGSTOP or a laptop's sleep, while it waited in a
+// socket or before the post) may be a term that has ended since, and a new
+// leader is posting. So a claim whose round trip took longer than fresh is
+// made again. Real time, not the bridge's clock: it measures this
+// process's own pause, on the monotonic clock (which counts a SIGSTOP) and
+// the wall clock (which counts a machine's sleep), whichever says longer.
+// A send that has passed its claim may still land late: the claim cannot
+// be one with the platform's call.
 func (e elected) Claim(ctx context.Context) error {
-	return e.store.Update(ctx, func(store.Tx) error { return nil })
+	for range claimTries {
+		start := time.Now()
+		if err := e.store.Update(ctx, func(store.Tx) error { return nil }); err != nil {
+			return err
+		}
+		end := time.Now()
+		if e.fresh <= 0 || max(end.Sub(start), end.Round(0).Sub(start.Round(0))) < e.fresh {
+			return nil
+		}
+	}
+	return fmt.Errorf("ha: claim: etcd's answers came back later than %v %d times in a row (the process paused, or etcd overloaded): %w", e.fresh, claimTries, store.ErrUnavailable)
 }

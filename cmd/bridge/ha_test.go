@@ -278,6 +278,13 @@ func TestHAFailover(t *testing.T) {
 // agent works; another bridge leads and finishes the request; the old leader
 // is resumed (SIGCONT): its writes are refused by the fence, it steps down
 // (its /readyz answers 503) and posts nothing.
+//
+// The pause comes while the thread is quiet (the tool has started and the
+// status says so; the tool works 3 s): a send under way when a process is
+// paused has passed its claim and may still land after SIGCONT (the claim
+// cannot be one with the platform's call; see threads.Fenced), and pausing
+// right after a post, with the next ones in flight, made this test measure
+// that window instead of the fence.
 func TestHAPausedLeader(t *testing.T) {
 	srv := etcdtest.Start(t)
 	bs := startHA(t, srv, 2, "")
@@ -287,6 +294,8 @@ func TestHAPausedLeader(t *testing.T) {
 		return r.State == requests.Running && r.Session != ""
 	})
 	old.p.waitLine(0, regexp.QuoteMeta(r.ID.String()+" | started"))
+	old.p.waitLine(0, regexp.QuoteMeta(r.ID.String()+" | tool work …"))
+	old.p.waitLine(0, regexp.QuoteMeta(r.ID.String()+" | status: running · work"))
 
 	if err := old.p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
