@@ -2,7 +2,9 @@ package threads
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -10,8 +12,9 @@ import (
 )
 
 // round is what one reading of the outbox found: the threads (queues)
-// ready to deliver, in the order of their oldest effect, each with its
-// effects in order.
+// ready to deliver, the threads that exist first (answersFirst), each
+// group in the order of its oldest effect, each thread with its effects in
+// order.
 type round struct {
 	order  []string
 	queues map[string][]store.Effect
@@ -61,7 +64,32 @@ func (d *Deliverer) plan(ctx context.Context, busy map[string]bool, held map[str
 		}
 		r.queues[e.Queue] = append(r.queues[e.Queue], e)
 	}
+	answersFirst(r)
 	return r, nil
+}
+
+// answersFirst puts the threads that exist (their next effect is a reply,
+// an edit, a direct message) before the threads still to be posted, each
+// group in the order of its oldest effect: in a burst of asks into one
+// channel, an answer does not wait for every other thread's new parent.
+// (The connectors put such posts ahead in the channel's line too.)
+func answersFirst(r round) {
+	opens := map[string]bool{}
+	for _, q := range r.order {
+		var head struct {
+			Op Op `json:"op"`
+		}
+		opens[q] = json.Unmarshal(r.queues[q][0].Payload, &head) == nil && head.Op == OpThread
+	}
+	slices.SortStableFunc(r.order, func(a, b string) int {
+		switch {
+		case opens[a] == opens[b]:
+			return 0
+		case opens[b]:
+			return -1
+		}
+		return 1
+	})
 }
 
 // deliverQueue delivers one thread's effects in order. When one stays in

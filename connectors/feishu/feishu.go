@@ -367,7 +367,7 @@ func (c *Connector) reply(ctx context.Context, chatID, parent, msgType, content,
 		body.Uuid(u)
 	}
 	req := larkim.NewReplyMessageReqBuilder().MessageId(parent).Body(body.Build()).Build()
-	err = c.perChat.Do(ctx, chatID, func() error {
+	err = c.perChat.DoAhead(ctx, chatID, func() error { // in a thread: ahead of new parents
 		if err := c.perAPI.Wait(ctx, "reply"); err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,6 +27,11 @@ const pruneAbove = 1024
 // *chat.RetryAfterError the key waits that long after it returned before
 // its next call, so the other effects of the same key do not run into the
 // limit too.
+//
+// Calls waiting for a key are served in the order they came, except that
+// a call made with DoAhead goes before every call waiting with Do: an
+// answer in an existing thread is not kept behind every other thread's new
+// parent in the same channel.
 type Spacer struct {
 	every     time.Duration
 	fromStart bool
@@ -36,9 +42,19 @@ type Spacer struct {
 }
 
 type slot struct {
-	lock  chan struct{} // holds one token while a call of the key runs
-	next  time.Time     // earliest start of the next call; guarded by lock
-	users int           // callers holding or waiting for the slot; guarded by Spacer.mu
+	// Guarded by Spacer.mu:
+	busy    bool      // a caller holds the slot
+	waiters []*waiter // callers waiting for it, DoAhead ones first
+	users   int       // callers holding or waiting for the slot
+
+	next time.Time // earliest start of the next call; guarded by holding the slot
+}
+
+// waiter is a caller waiting for a slot: ready is closed when the slot is
+// handed to it.
+type waiter struct {
+	ahead bool
+	ready chan struct{}
 }
 
 // NewSpacer returns a Spacer that keeps calls of one key every apart.
@@ -55,14 +71,21 @@ func NewStartSpacer(every, floor time.Duration) *Spacer {
 // Do runs fn for key once the key is free and its spacing has passed, and
 // returns fn's error (or ctx's, if ctx ends first).
 func (s *Spacer) Do(ctx context.Context, key string, fn func() error) error {
-	sl := s.acquire(key)
-	defer s.release(sl)
-	select {
-	case sl.lock <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	return s.do(ctx, key, false, fn)
+}
+
+// DoAhead is Do, served before the calls waiting with Do (after those
+// waiting with DoAhead): the key's spacing holds for it as for any call.
+func (s *Spacer) DoAhead(ctx context.Context, key string, fn func() error) error {
+	return s.do(ctx, key, true, fn)
+}
+
+func (s *Spacer) do(ctx context.Context, key string, ahead bool, fn func() error) error {
+	sl, err := s.acquire(ctx, key, ahead)
+	if err != nil {
+		return err
 	}
-	defer func() { <-sl.lock }()
+	defer s.release(sl)
 	at := time.Now() // when this call is due: now, or the slot's next start
 	if wait := sl.next.Sub(at); wait > 0 {
 		at = sl.next
@@ -74,7 +97,7 @@ func (s *Spacer) Do(ctx context.Context, key string, fn func() error) error {
 			return ctx.Err()
 		}
 	}
-	err := fn()
+	err = fn()
 	end := time.Now()
 	sl.next = end.Add(s.every)
 	if s.fromStart {
@@ -92,25 +115,64 @@ func (s *Spacer) Do(ctx context.Context, key string, fn func() error) error {
 	return err
 }
 
-func (s *Spacer) acquire(key string) *slot {
+// acquire waits until the slot of key is handed to this caller (or ctx
+// ends: an error, and nothing held).
+func (s *Spacer) acquire(ctx context.Context, key string, ahead bool) (*slot, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	sl, ok := s.keys[key]
 	if !ok {
 		if len(s.keys) >= pruneAbove {
 			s.pruneLocked()
 		}
-		sl = &slot{lock: make(chan struct{}, 1)}
+		sl = &slot{}
 		s.keys[key] = sl
 	}
 	sl.users++
-	return sl
+	if !sl.busy {
+		sl.busy = true
+		s.mu.Unlock()
+		return sl, nil
+	}
+	w := &waiter{ahead: ahead, ready: make(chan struct{})}
+	i := len(sl.waiters)
+	if ahead {
+		i = 0
+		for i < len(sl.waiters) && sl.waiters[i].ahead {
+			i++
+		}
+	}
+	sl.waiters = slices.Insert(sl.waiters, i, w)
+	s.mu.Unlock()
+	select {
+	case <-w.ready:
+		return sl, nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	if j := slices.Index(sl.waiters, w); j >= 0 {
+		sl.waiters = slices.Delete(sl.waiters, j, j+1)
+		sl.users--
+		s.mu.Unlock()
+		return nil, ctx.Err()
+	}
+	s.mu.Unlock()
+	// Handed over as ctx ended: pass it on.
+	s.release(sl)
+	return nil, ctx.Err()
 }
 
+// release hands the slot to its first waiter, or frees it.
 func (s *Spacer) release(sl *slot) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	sl.users--
-	s.mu.Unlock()
+	if len(sl.waiters) == 0 {
+		sl.busy = false
+		return
+	}
+	w := sl.waiters[0]
+	sl.waiters = slices.Delete(sl.waiters, 0, 1)
+	close(w.ready)
 }
 
 // pruneLocked forgets keys nobody uses whose spacing has passed. s.mu must be

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -140,5 +141,76 @@ func BenchmarkSpacerBurst(b *testing.B) {
 			}
 			b.ReportMetric(float64(total)/float64(b.N)/float64(every), "intervals/100")
 		})
+	}
+}
+
+// A call made with DoAhead is served before the calls waiting with Do
+// (an answer before the other threads' new parents), after the DoAhead
+// calls already waiting; each keeps the key's spacing. A waiter whose
+// context ends leaves the line without holding up the others.
+func TestSpacerDoAheadGoesFirst(t *testing.T) {
+	s := NewSpacer(time.Millisecond)
+	ctx := context.Background()
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	var order []string
+	call := func(name string) func() error {
+		return func() error {
+			mu.Lock()
+			order = append(order, name)
+			mu.Unlock()
+			return nil
+		}
+	}
+	// waiting waits until the slot is held and n callers wait for it.
+	waiting := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			s.mu.Lock()
+			busy, got := false, 0
+			if sl := s.keys["chat"]; sl != nil {
+				busy, got = sl.busy, len(sl.waiters)
+			}
+			s.mu.Unlock()
+			if busy && got == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("held %v, %d callers waiting; want held, %d", busy, got, n)
+			}
+			time.Sleep(time.Millisecond) // polling the line, with a deadline
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.Do(ctx, "chat", func() error { <-gate; return call("holder")() }) })
+	waiting(0)
+	wg.Go(func() { _ = s.Do(ctx, "chat", call("parent1")) })
+	waiting(1)
+	wg.Go(func() { _ = s.Do(ctx, "chat", call("parent2")) })
+	waiting(2)
+	gone, cancel := context.WithCancel(ctx)
+	left := make(chan error, 1)
+	go func() { left <- s.DoAhead(gone, "chat", call("abandoned")) }()
+	waiting(3)
+	wg.Go(func() { _ = s.DoAhead(ctx, "chat", call("answer1")) })
+	waiting(4)
+	wg.Go(func() { _ = s.DoAhead(ctx, "chat", call("answer2")) })
+	waiting(5)
+	cancel()
+	if err := <-left; !errors.Is(err, context.Canceled) {
+		t.Errorf("an abandoned waiter returned %v", err)
+	}
+	waiting(4)
+	close(gate)
+	wg.Wait()
+	want := []string{"holder", "answer1", "answer2", "parent1", "parent2"}
+	if !slices.Equal(order, want) {
+		t.Errorf("served %v, want %v", order, want)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sl := s.keys["chat"]; sl.users != 0 || sl.busy || len(sl.waiters) != 0 {
+		t.Errorf("slot after all calls: %d users, busy %v, %d waiting", sl.users, sl.busy, len(sl.waiters))
 	}
 }

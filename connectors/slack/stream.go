@@ -78,7 +78,7 @@ func (c *Connector) OpenStream(ctx context.Context, t chat.ThreadRef, m chat.Mes
 		}
 	}
 	var ts string
-	err := c.posts.Do(ctx, t.Channel, func() error {
+	err := c.posts.DoAhead(ctx, t.Channel, func() error { // in a thread: ahead of new parents
 		var err error
 		_, ts, err = c.api.StartStreamContext(ctx, t.Channel, opts...)
 		return c.apiError("chat.startStream", err)
