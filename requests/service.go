@@ -374,6 +374,13 @@ func (s *Service) UpdateTx(tx store.Tx, id ID, actor, action, detail string, mut
 // Retry makes a new request that asks the same of the same agent, with
 // RetryOf set. Only a request in a terminal state can be retried.
 func (s *Service) Retry(ctx context.Context, id ID, user, surface string) (*Request, error) {
+	return s.RetryEvent(ctx, id, user, surface, "")
+}
+
+// RetryEvent is Retry for an inbound platform event (eventKey, as in
+// Ask.EventKey): a redelivery of the same event makes no second request
+// (ErrDuplicate).
+func (s *Service) RetryEvent(ctx context.Context, id ID, user, surface, eventKey string) (*Request, error) {
 	var r *Request
 	err := s.store.Update(ctx, func(tx store.Tx) error {
 		old, err := s.GetTx(tx, id)
@@ -383,7 +390,7 @@ func (s *Service) Retry(ctx context.Context, id ID, user, surface string) (*Requ
 		if !old.State.Terminal() {
 			return fmt.Errorf("requests: retry %s: it is still %s (retry makes a new request once it has ended)", id, old.State)
 		}
-		r, err = s.createTx(tx, Ask{Agent: old.Agent, Room: old.Room, Surface: surface, User: user, Text: old.Ask, RetryOf: id}, old.References, true)
+		r, err = s.createTx(tx, Ask{Agent: old.Agent, Room: old.Room, Surface: surface, User: user, Text: old.Ask, RetryOf: id, EventKey: eventKey}, old.References, true)
 		return err
 	})
 	return r, err

@@ -127,7 +127,7 @@ func (rt *Router) requestCommand(ctx context.Context, verb, arg string, ev chat.
 		}
 		return fmt.Sprintf("%s cancelled", r.ID), nil
 	case "retry":
-		r, err := rt.Retry(ctx, id, ev.User, ev.Surface)
+		r, err := rt.retry(ctx, id, ev.User, ev.Surface, eventKey(ev))
 		if err != nil {
 			return "", err
 		}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,5 +98,53 @@ func TestReplyInThread(t *testing.T) {
 	}
 	if refused != 1 {
 		t.Errorf("%d reply_refused audit records, want 1", refused)
+	}
+}
+
+// TestRetryRedelivered: a platform's redelivery of a "retry" mention makes
+// no second request: the retry is deduplicated by the event's ID like an
+// ask, and the redelivery gets no answer.
+func TestRetryRedelivered(t *testing.T) {
+	ctx := context.Background()
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "b.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	clk := clock.NewFake(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
+	log := slog.New(slog.DiscardHandler)
+	roomDir := directory.New([]config.Room{{Name: "main", Console: true, Agents: []string{"coder"}}}, []string{"console:alice"}, chat.Console)
+	svc := requests.NewService(db, clk, "acme", []string{"console:alice"})
+	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, Log: log})
+	svc.AddObserver("approvals", appr.Observe)
+	rt := rooms.New(svc, appr, roomDir, nil, log)
+	r, err := svc.Create(ctx, requests.Ask{Agent: "coder", Room: "main", Surface: chat.Console, User: "console:alice", Text: "work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Apply(ctx, r.ID, requests.Change{Event: requests.Cancel, Actor: "console:alice"}); err != nil {
+		t.Fatal(err)
+	}
+	ev := chat.Event{Kind: chat.Ask, Surface: chat.Console, ID: "ev9", Channel: "main", User: "console:alice", Text: "retry " + r.ID.String()}
+	first := rt.Handle(ctx, ev)
+	if first.Error || !strings.Contains(first.Text, "retry of "+r.ID.String()) {
+		t.Fatalf("retry: %+v", first)
+	}
+	if again := rt.Handle(ctx, ev); again.Text != "" || again.Error {
+		t.Errorf("the redelivery got an answer: %+v", again)
+	}
+	all, err := svc.List(ctx, requests.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2 {
+		t.Errorf("%d requests after a retry and its redelivery, want 2", len(all))
+	}
+	ev.ID = "ev10" // another event: another retry
+	if resp := rt.Handle(ctx, ev); resp.Error {
+		t.Fatalf("a second retry: %+v", resp)
+	}
+	if all, _ = svc.List(ctx, requests.Filter{}); len(all) != 3 {
+		t.Errorf("%d requests after a second retry event, want 3", len(all))
 	}
 }

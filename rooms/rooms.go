@@ -142,11 +142,16 @@ func (rt *Router) Ask(ctx context.Context, ev chat.Event) (*requests.Request, er
 	if strings.TrimSpace(text) == "" {
 		return nil, fmt.Errorf("the ask for %s is empty", agent)
 	}
-	var key string
-	if ev.ID != "" {
-		key = ev.Surface + ":" + ev.ID
+	return rt.svc.Create(ctx, requests.Ask{Agent: agent, Room: room.Name, Surface: ev.Surface, User: ev.User, Text: text, EventKey: eventKey(ev)})
+}
+
+// eventKey is the key that deduplicates ev's redeliveries (as
+// requests.Ask.EventKey): its surface and platform ID; "" without an ID.
+func eventKey(ev chat.Event) string {
+	if ev.ID == "" {
+		return ""
 	}
-	return rt.svc.Create(ctx, requests.Ask{Agent: agent, Room: room.Name, Surface: ev.Surface, User: ev.User, Text: text, EventKey: key})
+	return ev.Surface + ":" + ev.ID
 }
 
 // splitAgent takes the agent's name off the front of text, if it names one of
@@ -215,6 +220,12 @@ func (rt *Router) Cancel(ctx context.Context, id requests.ID, user, surface stri
 
 // Retry makes a new request asking again what an ended request asked.
 func (rt *Router) Retry(ctx context.Context, id requests.ID, user, surface string) (*requests.Request, error) {
+	return rt.retry(ctx, id, user, surface, "")
+}
+
+// retry is Retry; eventKey, if set, names the platform event that asked
+// for it (a redelivery of it makes no second request).
+func (rt *Router) retry(ctx context.Context, id requests.ID, user, surface, eventKey string) (*requests.Request, error) {
 	old, err := rt.svc.Get(ctx, id)
 	if err != nil {
 		return nil, err
@@ -225,7 +236,7 @@ func (rt *Router) Retry(ctx context.Context, id requests.ID, user, surface strin
 	if !old.State.Terminal() { // as requests.Service.Retry says it, but a conflict
 		return nil, conflict(fmt.Sprintf("requests: retry %s: it is still %s (retry makes a new request once it has ended)", id, old.State))
 	}
-	return rt.svc.Retry(ctx, id, user, surface)
+	return rt.svc.RetryEvent(ctx, id, user, surface, eventKey)
 }
 
 // retryClick handles the Retry button of an expired card: the retry
@@ -267,11 +278,7 @@ func (rt *Router) reply(ctx context.Context, ev chat.Event) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var key string
-	if ev.ID != "" {
-		key = ev.Surface + ":" + ev.ID
-	}
-	q, err := rt.appr.AnswerInThread(ctx, id, ev.Text, ev.User, ev.Surface, key)
+	q, err := rt.appr.AnswerInThread(ctx, id, ev.Text, ev.User, ev.Surface, eventKey(ev))
 	switch {
 	case errors.Is(err, requests.ErrDuplicate):
 		return "", err
@@ -290,7 +297,7 @@ func (rt *Router) reply(ctx context.Context, ev chat.Event) (string, error) {
 	if r.State.Terminal() {
 		return "", fmt.Errorf("%s has ended (%s): ask again, or retry %s", r.ID, r.State, r.ID.Short())
 	}
-	if _, err := agents.ReplyEvent(ctx, rt.svc, id, ev.User, ev.Surface, ev.Text, key); err != nil {
+	if _, err := agents.ReplyEvent(ctx, rt.svc, id, ev.User, ev.Surface, ev.Text, eventKey(ev)); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("%s will read your reply at its next turn", r.ID), nil
