@@ -90,6 +90,21 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
+// waitShown waits for cond, the live text shown, moving the fake clock on
+// by the surface's pace while it waits: the sender shows an update at most
+// once a pace of the bridge's clock, so what came after the first update
+// it showed is shown only once that clock moves.
+func waitShown(t testing.TB, f *fixture, what string, cond func() bool) {
+	t.Helper()
+	waitFor(t, what, func() bool {
+		if cond() {
+			return true
+		}
+		f.clk.Advance(10 * time.Millisecond) // the streamer's pace
+		return false
+	})
+}
+
 func startLive(t testing.TB, f *fixture, s chat.Streamer) (*threads.Live, func()) {
 	t.Helper()
 	l := threads.NewLive(f.th, f.db, f.clk, slog.New(slog.NewTextHandler(io.Discard, nil)), s)
@@ -140,7 +155,7 @@ func TestLiveStreamsAndTheAnswerClosesIt(t *testing.T) {
 		l.Delta(r, w)
 	}
 	l.Tool(r, "end", "build")
-	waitFor(t, "the live text", func() bool { return s.live("live1") == "the quick brown fox" })
+	waitShown(t, f, "the live text", func() bool { return s.live("live1") == "the quick brown fox" })
 	finish(t, f, r, "the quick brown fox jumps")
 	if got := s.closed(); !slices.Equal(got["live1"], []string{"the quick brown fox jumps"}) || len(got) != 1 {
 		t.Errorf("closes %v, want live1 closed once with the answer", got)
@@ -171,7 +186,7 @@ func TestLiveRestartClosesInterrupted(t *testing.T) {
 	f, s, r := liveFixture(t)
 	l, stop := startLive(t, f, s)
 	l.Delta(r, "half an ans")
-	waitFor(t, "the live text", func() bool { return s.live("live1") == "half an ans" })
+	waitShown(t, f, "the live text", func() bool { return s.live("live1") == "half an ans" })
 	stop() // the bridge dies: nothing closes live1
 
 	l2, stop2 := startLive(t, f, s) // the restart
@@ -179,7 +194,7 @@ func TestLiveRestartClosesInterrupted(t *testing.T) {
 	f.d.Live = l2
 	waitFor(t, "live1 closed", func() bool { return len(s.closed()["live1"]) == 1 })
 	l2.Delta(r, "the whole answer")
-	waitFor(t, "the new live text", func() bool { return s.live("live2") == "the whole answer" })
+	waitShown(t, f, "the new live text", func() bool { return s.live("live2") == "the whole answer" })
 	finish(t, f, r, "the whole answer")
 	want := map[string][]string{"live1": {threads.Interrupted}, "live2": {"the whole answer"}}
 	if got := s.closed(); fmt.Sprint(got) != fmt.Sprint(want) {
@@ -199,7 +214,7 @@ func TestLiveAnswerWithoutStreamIsPosted(t *testing.T) {
 	f, s, r := liveFixture(t)
 	l, stop := startLive(t, f, s)
 	l.Delta(r, "partial")
-	waitFor(t, "the live text", func() bool { return s.live("live1") == "partial" })
+	waitShown(t, f, "the live text", func() bool { return s.live("live1") == "partial" })
 	stop()
 	f.d.Live = threads.NewLive(f.th, f.db, f.clk, nil, s) // restarted, not yet running
 	finish(t, f, r, "done it")

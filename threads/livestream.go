@@ -152,8 +152,12 @@ func (s *stream) send(ctx context.Context) {
 		if !ok {
 			continue
 		}
-		err := s.push(ctx, sn.u)
+		// The pace runs from the update's start: a surface counts the calls
+		// it sees, and the next one is due a pace after this one began
+		// (after it returned, the clock may have moved on: then a sender
+		// that measured from there would wait longer than the pace).
 		s.last = s.l.clock.Now()
+		err := s.push(ctx, sn.u)
 		var ra *chat.RetryAfterError
 		switch {
 		case errors.Is(err, errNoThread):
