@@ -435,6 +435,13 @@ func (b *Bridge) Stop() {
 	b.stop.begin()
 }
 
+// Close ends the agent tools' calls still in flight, and refuses later
+// ones: call it once Run has returned, before the HTTP server shuts down
+// (its shutdown waits for its handlers, and a call waiting for people, an
+// approval or a question, could wait for a day; what it waits for stays in
+// the store, and the resumed turn asks again).
+func (b *Bridge) Close() { b.tools.Close() }
+
 // Drained is closed once the leader's work has drained after Stop (at once
 // on a follower).
 func (b *Bridge) Drained() <-chan struct{} { return b.stop.drained() }

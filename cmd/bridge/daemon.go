@@ -151,6 +151,7 @@ func serve(ctx, work context.Context, cancel context.CancelFunc, ln net.Listener
 		log.Error("critical job failed; stopping", "error", runErr)
 	}
 	cancel()
+	b.Close() // tool calls still waiting for people end: Shutdown waits for its handlers
 	sctx, scancel := context.WithTimeout(context.Background(), httpGrace)
 	defer scancel()
 	_ = srv.Shutdown(sctx)

@@ -125,6 +125,7 @@ func Start(t testing.TB, o Options) *Bridge {
 		once.Do(func() {
 			cancel()
 			wg.Wait()
+			b.Close() // before the server: its Close waits for tool calls
 			web.Close()
 			if o.DB != nil {
 				t.Cleanup(b.Wait) // before the test closes its store

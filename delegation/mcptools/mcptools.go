@@ -64,6 +64,10 @@ type Server struct {
 	log   *slog.Logger
 	mcp   *mcp.Server
 	inner http.Handler
+
+	// stop ends every call in flight (Close).
+	stop  context.Context
+	close context.CancelFunc
 }
 
 // tokenRecord is the stored side of a token.
@@ -80,6 +84,7 @@ var _ agents.ToolIssuer = (*Server)(nil)
 // New returns a Server with the tools registered.
 func New(o Options) *Server {
 	s := &Server{svc: o.Requests, calls: o.Calls, log: o.Log}
+	s.stop, s.close = context.WithCancel(context.Background())
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -297,13 +302,36 @@ type ApprovalPromptAnswer struct {
 // maxAction bounds the input shown in an approval_prompt's approval.
 const maxAction = 1000
 
-// call carries out ev for the request the call's token is bound to.
+// errStopping answers the calls that Close ended or refused.
+var errStopping = errors.New("mcptools: the bridge is stopping: call again once it is back (what you asked for is kept)")
+
+// Close ends the calls in flight and every later one at once: the bridge
+// is stopping. A call may wait for people for hours (request_approval,
+// approval_prompt, ask_user) on its HTTP request's context, which an HTTP
+// server's shutdown waits for instead of ending. The approval or question
+// stays in the store: the resumed turn asks again and gets it.
+func (s *Server) Close() { s.close() }
+
+// call carries out ev for the request the call's token is bound to, until
+// the call's HTTP request or the Server (Close) ends.
 func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, ev agents.TurnEvent) (agents.Response, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.stop, cancel)()
+	if s.stop.Err() != nil {
+		return agents.Response{}, errStopping
+	}
 	id, err := s.caller(ctx, req)
 	if err != nil {
 		return agents.Response{}, err
 	}
-	return s.calls.Call(ctx, id, ev), nil
+	resp := s.calls.Call(ctx, id, ev)
+	if s.stop.Err() != nil && ctx.Err() != nil {
+		// Cut short by the stop: not an answer (a wait for people ended
+		// by it is no denial).
+		return agents.Response{}, errStopping
+	}
+	return resp, nil
 }
 
 // do is call for the tools whose failed call is a tool error.

@@ -361,3 +361,54 @@ func TestTokenBindsToItsRequest(t *testing.T) {
 		t.Fatalf("Y's task_status: %v %+v", err, st)
 	}
 }
+
+// TestCloseEndsWaitingCalls: a call waiting for people (request_approval)
+// ends when the Server is closed (the bridge stops: an HTTP server's
+// shutdown waits for its handlers, and this one could wait for a day), and
+// later calls are refused at once; the approval stays pending in the store.
+func TestCloseEndsWaitingCalls(t *testing.T) {
+	e := newEnv(t)
+	ra := e.running("coder", "deploy")
+	tok, _ := e.issue(ra.ID)
+	cs := e.session(tok)
+	ended := make(chan error, 1)
+	go func() {
+		var out mcptools.RequestApprovalOut
+		ended <- call(t, cs, "request_approval", mcptools.RequestApprovalIn{Action: "deploy to prod"}, &out)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		in, err := e.appr.Inbox(e.ctx, "main")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(in.Items) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no approval pending 10 s after the call")
+		}
+		time.Sleep(5 * time.Millisecond) // polling the store for the condition, with a deadline
+	}
+	select {
+	case err := <-ended:
+		t.Fatalf("the call ended before Close: %v", err)
+	default:
+	}
+	e.mcp.Close()
+	select {
+	case err := <-ended:
+		if err == nil || !strings.Contains(err.Error(), "stopping") {
+			t.Errorf("the waiting call ended with %v, want an error saying the bridge is stopping (not a denial)", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting call still runs 10 s after Close")
+	}
+	var out mcptools.ReportProgressOut
+	if err := call(t, cs, "report_progress", mcptools.ReportProgressIn{Percent: 5, Text: "x"}, &out); err == nil || !strings.Contains(err.Error(), "stopping") {
+		t.Errorf("a call after Close: %v, want a refusal saying the bridge is stopping", err)
+	}
+	if in, err := e.appr.Inbox(e.ctx, "main"); err != nil || len(in.Items) != 1 {
+		t.Errorf("inbox after Close: %+v (%v), want the approval still pending", in, err)
+	}
+}

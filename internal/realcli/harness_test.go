@@ -92,20 +92,6 @@ func (e *env) start() {
 	b := coretest.Start(e.t, coretest.Options{Config: e.config(), Dir: e.dir, Surfaces: []string{chat.Console}, HoldOutbox: true,
 		Runtimes: e.runtime})
 	e.b = b
-	// Before the bridge stops (cleanups run last first): an approval
-	// still waiting would hold the MCP call, and so the test server, open.
-	e.t.Cleanup(func() { denyPending(b) })
-}
-
-// denyPending denies every approval still waiting in the room.
-func denyPending(b *coretest.Bridge) {
-	in, err := b.Approvals().Inbox(context.Background(), "main")
-	if err != nil {
-		return
-	}
-	for _, it := range in.Items {
-		_, _ = b.Approvals().Decide(context.Background(), it.Approval.ID, approvals.Deny, owner, chat.Console)
-	}
 }
 
 // workFile writes a file in the agent's workdir and returns its path.
