@@ -57,6 +57,8 @@ type setup struct {
 	handler func(chat.Handler) chat.Handler
 	// clock, if set, is the bridge's clock (a fake one: tests that expire).
 	clock clock.Clock
+	// channels are more Slack channels, each the room of its own name.
+	channels []string
 }
 
 // Fast pacing for tests that post a lot: the fake allows one post per
@@ -107,7 +109,7 @@ data_dir: %DIR%
 slack: {mode: %MODE%, bot_token: xoxb-test, app_token: xapp-test, signing_secret: test}
 rooms:
   - {name: backend, slack_channel: C0123, agents: [%AGENTS%], approvers: [slack:UOWNER]}
-agents:
+%ROOMS%agents:
 %AGENTDEFS%`
 
 func newHarness(t testing.TB, s setup) *harness {
@@ -137,7 +139,12 @@ func (h *harness) config() string {
 	for _, name := range h.s.agents {
 		fmt.Fprintf(&defs, "  %s: {kind: exec, command: [%q, demo-agent], workdir: %q}\n", name, bridgeBin, h.dir)
 	}
-	c := strings.ReplaceAll(harnessConfig, "%AGENTS%", strings.Join(h.s.agents, ", "))
+	var rooms strings.Builder
+	for _, ch := range h.s.channels {
+		fmt.Fprintf(&rooms, "  - {name: %s, slack_channel: %s, agents: [%%AGENTS%%], approvers: [slack:UOWNER]}\n", strings.ToLower(ch), ch)
+	}
+	c := strings.ReplaceAll(harnessConfig, "%ROOMS%", rooms.String())
+	c = strings.ReplaceAll(c, "%AGENTS%", strings.Join(h.s.agents, ", "))
 	c = strings.ReplaceAll(c, "%MODE%", h.s.mode)
 	return strings.ReplaceAll(c, "%AGENTDEFS%", defs.String())
 }

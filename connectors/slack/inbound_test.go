@@ -65,8 +65,9 @@ func TestSameEventThreeTimesMakesOneRequest(t *testing.T) {
 					}
 				}
 			}
-			// Events of one channel reach the core in order: once a later
-			// mention has made its request, the copies have been handled.
+			// Each copy was acknowledged once the core had handled it (the
+			// ack waits for the core; the copies of one event share a lane),
+			// so a later mention's request comes after all of them.
 			h.mention(member, "coder echo sentinel")
 			h.requestsMade(2)
 			rs := h.requests()

@@ -2,12 +2,12 @@ package slack
 
 import (
 	"context"
-	"hash/fnv"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/internal/lanes"
 )
 
 // job is an inbound event waiting for the core. done, if not nil, is closed
@@ -19,12 +19,16 @@ type job struct {
 }
 
 // pool hands inbound events to the core off the receiving goroutine: a
-// fixed number of workers, each with a bounded queue. Events of one thread
-// (or one card) always go to the same worker, so they reach the core in the
-// order Slack sent them. A delivery is acknowledged to Slack once the core
-// has handled its events or the ack budget has run out (delivery.wait).
+// fixed number of workers sharing one bounded queue. Events of one thread
+// (or one card) reach the core one after the other, in the order Slack sent
+// them (orderKey); the others, top-level mentions above all (each starts its
+// own thread), are handled at the same time, so their commits share the
+// store's group commit instead of each waiting for the previous fsync. A
+// delivery is acknowledged to Slack once the core has handled its events or
+// the ack budget has run out (delivery.wait).
 type pool struct {
-	shards  []chan job
+	queue   *lanes.Lanes[job]
+	workers int
 	log     *slog.Logger
 	budget  time.Duration
 	respond func(ctx context.Context, ev chat.Event, r chat.Response)
@@ -35,12 +39,7 @@ type pool struct {
 }
 
 func newPool(workers, queue int, budget time.Duration, log *slog.Logger, respond func(context.Context, chat.Event, chat.Response)) *pool {
-	p := &pool{log: log, budget: budget, respond: respond}
-	per := max(queue/workers, 1)
-	for range workers {
-		p.shards = append(p.shards, make(chan job, per))
-	}
-	return p
+	return &pool{queue: lanes.New[job](queue), workers: workers, log: log, budget: budget, respond: respond}
 }
 
 // delivery is one delivery from Slack (a webhook request or a Socket Mode
@@ -72,14 +71,12 @@ func (p *pool) submit(h chat.Handler, arrived time.Time, evs ...chat.Event) (*de
 		if p.working {
 			j.done = make(chan struct{})
 		}
-		select {
-		case p.shards[p.shard(ev)] <- j:
-			d.done = append(d.done, j.done)
-		default:
+		if !p.queue.Add(orderKey(ev), j) {
 			p.log.Warn("inbound queue full; event left unacknowledged for Slack to redeliver",
 				"kind", string(ev.Kind), "event_id", ev.ID, "channel", ev.Channel)
 			return nil, false
 		}
+		d.done = append(d.done, j.done)
 	}
 	return d, true
 }
@@ -129,17 +126,19 @@ func handled(done chan struct{}) bool {
 	}
 }
 
-func (p *pool) shard(ev chat.Event) int {
-	h := fnv.New32a()
+// orderKey is the lane of ev (internal/lanes): the events of one card, of
+// one thread, or deliveries of one event keep their order; a top-level
+// mention starts a thread of its own and needs no order with any other.
+func orderKey(ev chat.Event) string {
 	switch {
 	case ev.Click != nil:
-		h.Write([]byte(ev.Click.BlockID))
+		return "card:" + ev.Click.BlockID
 	case ev.Thread != nil:
-		h.Write([]byte(ev.Channel + "/" + ev.Thread.ID))
-	default:
-		h.Write([]byte(ev.Channel))
+		return "thread:" + ev.Channel + "/" + ev.Thread.ID
+	case ev.ID != "":
+		return "event:" + ev.ID
 	}
-	return int(h.Sum32() % uint32(len(p.shards)))
+	return ""
 }
 
 // start runs the workers until the returned stop is called. stop refuses
@@ -153,9 +152,7 @@ func (p *pool) start(ctx context.Context) (stop func()) {
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	quit := make(chan struct{})
 	var wg sync.WaitGroup
-	for _, q := range p.shards {
-		wg.Go(func() { p.work(hctx, q, quit) })
-	}
+	wg.Go(func() { p.queue.Run(p.workers, quit, func(j job) { p.handle(hctx, j) }) })
 	return func() {
 		p.mu.Lock()
 		p.running = false
@@ -168,24 +165,6 @@ func (p *pool) start(ctx context.Context) (stop func()) {
 		p.mu.Lock()
 		p.working = false
 		p.mu.Unlock()
-	}
-}
-
-func (p *pool) work(ctx context.Context, q chan job, quit <-chan struct{}) {
-	for {
-		select {
-		case j := <-q:
-			p.handle(ctx, j)
-		case <-quit:
-			for {
-				select {
-				case j := <-q:
-					p.handle(ctx, j)
-				default:
-					return
-				}
-			}
-		}
 	}
 }
 

@@ -4,7 +4,8 @@
 // limits.
 //
 // An inbound event is verified, queued for the core (events of one thread or
-// card in order, a bounded number at once), and acknowledged to Slack (HTTP
+// card in order, the others, such as top-level mentions, at the same time; a
+// bounded number at once), and acknowledged to Slack (HTTP
 // 200, the envelope's ack) once the core's Handle for it has returned: the
 // core has then stored it (deduped by event ID, the request or decision
 // committed in one transaction), so a crash after the ack loses nothing.

@@ -1,0 +1,175 @@
+package slack_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/connectors/slack"
+	"github.com/roombridge/roombridge/connectors/slack/slacktest"
+)
+
+// gate is a core whose Handle of an event with "gated" in its text waits
+// until the gate opens; it records when each event enters and leaves the
+// core ("enter:<text>", "leave:<text>").
+type gate struct {
+	open    chan struct{}
+	entered chan struct{} // closed when the first gated event is in Handle
+	once    sync.Once
+
+	mu    sync.Mutex
+	trace []string
+	wake  chan struct{} // closed and replaced on every trace entry
+}
+
+func newGate() *gate {
+	return &gate{open: make(chan struct{}), entered: make(chan struct{}), wake: make(chan struct{})}
+}
+
+func (g *gate) record(s string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.trace = append(g.trace, s)
+	close(g.wake)
+	g.wake = make(chan struct{})
+}
+
+func (g *gate) wrap(core chat.Handler) chat.Handler {
+	return chat.HandlerFunc(func(ctx context.Context, ev chat.Event) chat.Response {
+		g.record("enter:" + ev.Text)
+		defer g.record("leave:" + ev.Text)
+		if strings.Contains(ev.Text, "gated") {
+			g.once.Do(func() { close(g.entered) })
+			select {
+			case <-g.open:
+			case <-ctx.Done():
+			}
+		}
+		return core.Handle(ctx, ev)
+	})
+}
+
+// has reports whether the trace holds s.
+func (g *gate) has(s string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Contains(g.trace, s)
+}
+
+// await waits until the trace holds s.
+func (g *gate) await(t *testing.T, s string) {
+	t.Helper()
+	deadline := time.NewTimer(waitFor)
+	defer deadline.Stop()
+	for {
+		g.mu.Lock()
+		found, wake := slices.Contains(g.trace, s), g.wake
+		g.mu.Unlock()
+		if found {
+			return
+		}
+		select {
+		case <-wake:
+		case <-deadline.C:
+			t.Fatalf("waiting for %q in the core's trace %q", s, g.snapshot())
+		}
+	}
+}
+
+func (g *gate) snapshot() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.trace)
+}
+
+func (g *gate) waitEntered(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.entered:
+	case <-time.After(waitFor):
+		t.Fatal("the gated event never reached the core")
+	}
+}
+
+// pipelined is a harness whose core holds gated events at g, with a short
+// ack budget (a delivery is acknowledged at the latest 200 ms after it
+// arrived, so a held event does not hold the test's delivery).
+func pipelined(t *testing.T, mode string, g *gate) *harness {
+	h := newHarness(t, fast(setup{mode: mode, handler: g.wrap,
+		conn: func(o *slack.Options) { o.AckBudget = 200 * time.Millisecond }}))
+	t.Cleanup(func() {
+		select {
+		case <-g.open:
+		default:
+			close(g.open) // before the harness stops (its workers drain)
+		}
+	})
+	return h
+}
+
+// Two top-level mentions of one channel need no order between them (each
+// starts a request and a thread of its own): while the core holds the first,
+// the second is handled, its request stored, and acknowledged.
+func TestTopLevelMentionsHandledConcurrently(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			g := newGate()
+			h := pipelined(t, mode, g)
+			h.mention(member, "coder echo gated") // acknowledged when the budget runs out
+			g.waitEntered(t)
+			h.mention(member, "coder echo second")
+			g.await(t, "leave:coder echo second")
+			if g.has("leave:coder echo gated") {
+				t.Fatal("the gated mention left the core before the gate opened")
+			}
+			if rs := h.requests(); len(rs) != 1 || rs[0].Ask != "echo second" {
+				t.Fatalf("while the first mention is held: requests %+v, want the second's alone", rs)
+			}
+			close(g.open)
+			h.waitStore("both requests", func() bool { return len(h.requests()) == 2 })
+		})
+	}
+}
+
+// Two replies in one thread reach the core one after the other, in the
+// order Slack sent them, even when the first is held: the second, queued
+// (acknowledged at the end of its budget), waits until the first has left
+// the core.
+func TestRepliesInOneThreadKeepTheirOrder(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			g := newGate()
+			h := pipelined(t, mode, g)
+			h.mention(member, "coder echo the thread")
+			h.waitStore("the request", func() bool { return len(h.requests()) == 1 })
+			id := h.requests()[0].ID.String()
+			h.waitFake("the request's parent", func(*slacktest.Server) bool { return len(h.parents(id)) == 1 })
+			parent := h.parents(id)[0].TS
+			reply := func(text string) {
+				ts, err := h.fake.AddUserMessage(channel, member, text, parent)
+				if err != nil {
+					t.Fatal(err)
+				}
+				h.deliver(slacktest.MessageEvent(h.eventID(), channel, member, text, ts, parent))
+			}
+			reply("first gated")
+			g.waitEntered(t)
+			reply("second") // queued: acknowledged (200, an ack), not refused
+			if g.has("enter:second") {
+				t.Fatalf("the second reply reached the core while the first was held: %q", g.snapshot())
+			}
+			close(g.open)
+			g.await(t, "leave:second")
+			tr := g.snapshot()
+			if i, j := slices.Index(tr, "leave:first gated"), slices.Index(tr, "enter:second"); i < 0 || j < i {
+				t.Errorf("trace %q: the second reply entered the core before the first left it", tr)
+			}
+		})
+	}
+}
