@@ -3,22 +3,13 @@ package rooms_test
 import (
 	"context"
 	"io"
-	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
-	"github.com/roombridge/roombridge/clock"
-	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/connectors/console"
-	"github.com/roombridge/roombridge/directory"
 	"github.com/roombridge/roombridge/requests"
-	"github.com/roombridge/roombridge/rooms"
-	"github.com/roombridge/roombridge/store/bolt"
 	"github.com/roombridge/roombridge/threads"
 )
 
@@ -27,23 +18,10 @@ import (
 // other thread is ignored, and a reply to an ended request is refused.
 func TestReplyInThread(t *testing.T) {
 	ctx := context.Background()
-	db, err := bolt.Open(filepath.Join(t.TempDir(), "b.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	clk := clock.NewFake(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
-	log := slog.New(slog.DiscardHandler)
-	roomCfg := []config.Room{{Name: "main", Console: true, Agents: []string{"coder"}}}
-	svc := requests.NewService(db, clk, "acme", []string{"console:alice"})
-	roomDir := directory.New(roomCfg, []string{"console:alice"}, chat.Console)
-	th := threads.New(roomDir)
-	svc.AddObserver("threads", th.Observe)
-	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, Threads: th, Log: log})
-	svc.AddObserver("approvals", appr.Observe)
-	rt := rooms.New(svc, appr, roomDir, nil, log)
+	f := newRoomFixture(t)
+	db, svc, rt, log := f.db, f.svc, f.rt, f.log
 	con := console.New(nil, io.Discard, "main", "alice")
-	deliver := threads.NewDeliverer(db, clk, log, con)
+	deliver := threads.NewDeliverer(db, f.clk, log, con)
 
 	r, err := svc.Create(ctx, requests.Ask{Agent: "coder", Room: "main", Surface: chat.Console, User: "console:alice", Text: "work"})
 	if err != nil {
@@ -106,18 +84,8 @@ func TestReplyInThread(t *testing.T) {
 // ask, and the redelivery gets no answer.
 func TestRetryRedelivered(t *testing.T) {
 	ctx := context.Background()
-	db, err := bolt.Open(filepath.Join(t.TempDir(), "b.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	clk := clock.NewFake(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
-	log := slog.New(slog.DiscardHandler)
-	roomDir := directory.New([]config.Room{{Name: "main", Console: true, Agents: []string{"coder"}}}, []string{"console:alice"}, chat.Console)
-	svc := requests.NewService(db, clk, "acme", []string{"console:alice"})
-	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, Log: log})
-	svc.AddObserver("approvals", appr.Observe)
-	rt := rooms.New(svc, appr, roomDir, nil, log)
+	f := newRoomFixture(t)
+	svc, rt := f.svc, f.rt
 	r, err := svc.Create(ctx, requests.Ask{Agent: "coder", Room: "main", Surface: chat.Console, User: "console:alice", Text: "work"})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/threads"
 )
 
@@ -38,12 +39,11 @@ func (g *gatedPlatform) StartThread(ctx context.Context, ch string, m chat.Messa
 	return g.platform.StartThread(ctx, ch, m)
 }
 
-// A thread whose delivery is slow holds only itself: the threads behind
-// it in the outbox go out meanwhile (in a round that waited for every
-// thread, one slow thread held them all, and the outbox grew behind it),
-// and Run returns only once that delivery has stopped.
-func TestSlowThreadHoldsOnlyItself(t *testing.T) {
-	f := newFixture(t)
+// runHeld makes a request whose thread post hangs until released, and
+// runs a Deliverer until cancel; done is closed when Run has returned. It
+// returns once the post has begun.
+func runHeld(t *testing.T, f *fixture) (*requests.Request, *gatedPlatform, context.CancelFunc, chan struct{}) {
+	t.Helper()
 	slow := f.create(t)
 	g := &gatedPlatform{platform: f.p, gated: slow.ID.String(), entered: make(chan struct{}), release: make(chan struct{})}
 	d := threads.NewDeliverer(f.db, f.clk, slog.New(slog.NewTextHandler(io.Discard, nil)), g)
@@ -51,6 +51,16 @@ func TestSlowThreadHoldsOnlyItself(t *testing.T) {
 	done := make(chan struct{})
 	go func() { _ = d.Run(ctx); close(done) }()
 	<-g.entered
+	return slow, g, cancel, done
+}
+
+// A thread whose delivery is slow holds only itself: the threads behind
+// it in the outbox go out meanwhile (in a round that waited for every
+// thread, one slow thread held them all, and the outbox grew behind it),
+// and Run returns only once that delivery has stopped.
+func TestSlowThreadHoldsOnlyItself(t *testing.T) {
+	f := newFixture(t)
+	slow, g, cancel, done := runHeld(t, f)
 
 	var later []string
 	for range 3 {
@@ -85,13 +95,7 @@ func TestSlowThreadHoldsOnlyItself(t *testing.T) {
 // (another Run, a Flush) never delivers beside it.
 func TestRunWaitsForItsDeliveries(t *testing.T) {
 	f := newFixture(t)
-	slow := f.create(t)
-	g := &gatedPlatform{platform: f.p, gated: slow.ID.String(), entered: make(chan struct{}), release: make(chan struct{})}
-	d := threads.NewDeliverer(f.db, f.clk, slog.New(slog.NewTextHandler(io.Discard, nil)), g)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = d.Run(ctx); close(done) }()
-	<-g.entered
+	_, g, cancel, done := runHeld(t, f)
 	cancel()
 	<-done
 	if !g.left.Load() {
