@@ -254,7 +254,7 @@ func (b *Bridge) scheduler() error {
 	}
 	b.runners = runners.NewHub(runners.HubOptions{Store: b.opts.Store, Clock: b.opts.Clock, Log: b.log,
 		Hosts: cfg.RunnerHosts(), Grace: cfg.Runners.Grace, Heartbeat: cfg.Runners.Heartbeat, Watch: b.opts.RunnerWatch,
-		Leading: leading})
+		Leading: leading, Requests: b.svc})
 	b.met.Registry().MustRegister(b.runners)
 	runtime := b.opts.Runtimes
 	if runtime == nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/roombridge/roombridge/agents"
 )
@@ -133,7 +132,7 @@ func (tr *turnRun) send(ctx context.Context, x *host, c *conn) error {
 		return nil
 	}
 	tr.flush(c)
-	if tr.interrupted && !live {
+	if tr.interrupted && !live && (!first || tr.t.Resumed) {
 		_ = tr.sink.Message(ctx, fmt.Sprintf("resumed %s on runner %s", h.o.Clock.Now().Format("15:04"), x.name))
 	}
 	if tr.interrupted {
@@ -151,14 +150,16 @@ func (tr *turnRun) interrupt(ctx context.Context, x *host) {
 	h.mu.Lock()
 	tell := !x.told
 	x.told = true
-	at := x.lastSeen
-	agentsAway := strings.Join(x.agents, ", ")
+	at, seen := h.since(x)
+	names := x.agents
+	if len(names) == 0 {
+		names = x.cfg
+	}
+	names = slices.Clone(names)
 	h.mu.Unlock()
-	why := fmt.Sprintf("interrupted: runner %s went away at %s", x.name, at.Format("15:04"))
-	_ = tr.sink.Tool(ctx, agents.PhaseStart, why)
+	_ = tr.sink.Tool(ctx, agents.PhaseStart, awayActivity(x.name, at, seen))
 	if tell {
-		_ = tr.sink.Message(ctx, fmt.Sprintf("runner %s went away at %s (agents %s): its turns resume when it is back",
-			x.name, at.Format("15:04"), agentsAway))
+		_ = tr.sink.Message(ctx, awayMessage(x.name, at, seen, names))
 	}
 }
 
