@@ -247,12 +247,27 @@ func (r *Runner) handle(ctx context.Context, c *rconn, f Frame) {
 			lt.control(f)
 		}
 	case FrameAck:
-		r.mu.Lock()
-		if lt != nil && lt.finished() {
-			delete(r.turns, f.Request)
+		if lt != nil && lt.acked(f.Seq) {
+			r.mu.Lock()
+			if r.turns[f.Request] == lt {
+				delete(r.turns, f.Request)
+			}
+			r.mu.Unlock()
 		}
-		r.mu.Unlock()
 	}
+}
+
+// Buffered is how many frames the runner keeps for the bridge (its turns'
+// frames not acknowledged yet): bounded by about AckEvery a turn.
+func (r *Runner) Buffered() int {
+	r.mu.Lock()
+	turns := slices.Collect(maps.Values(r.turns))
+	r.mu.Unlock()
+	n := 0
+	for _, lt := range turns {
+		n += lt.buffered()
+	}
+	return n
 }
 
 // current is the connection frames go out on (nil while away).

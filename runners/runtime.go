@@ -31,6 +31,7 @@ type turnRun struct {
 	sink   agents.Sink
 	frames chan Frame
 	seq    int    // the last frame applied
+	acked  int    // the last frame acknowledged to the runner
 	sent   *conn  // the connection the turn was last sent on
 	runner string // the runner it was last sent to
 	// interrupted: the runner went away past the grace during this turn.
@@ -207,12 +208,21 @@ func (tr *turnRun) apply(ctx context.Context, f Frame) (done bool, out agents.Ou
 		tr.tell(tr.sent, FrameCancel)
 		return true, agents.Outcome{}, err
 	}
+	if tr.seq-tr.acked >= AckEvery {
+		tr.ack()
+	}
 	return false, out, nil
 }
 
+// AckEvery is how many applied frames of a turn the bridge acknowledges
+// at once (and its end): the runner keeps at most about as many.
+const AckEvery = 16
+
+// ack tells the runner that the frames through tr.seq are applied (the
+// sink's reports are committed to the store when it returns).
 func (tr *turnRun) ack() {
-	if tr.sent != nil {
-		_ = tr.sent.send(Frame{Type: FrameAck, Request: tr.t.RequestID})
+	if tr.sent != nil && tr.sent.send(Frame{Type: FrameAck, Request: tr.t.RequestID, Seq: tr.seq}) == nil {
+		tr.acked = tr.seq
 	}
 }
 
