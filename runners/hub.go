@@ -49,6 +49,9 @@ type HubOptions struct {
 	// Requests, if set, is where the hub says why an away runner's agents'
 	// queued requests wait (their activity; nil: it does not).
 	Requests *requests.Service
+	// Tasks, if set, records the ends of the background commands run on
+	// runners (nil: task_end frames are ignored).
+	Tasks TaskHost
 }
 
 // Hub is the bridge's side: it accepts runners (Handler), knows which
@@ -190,6 +193,7 @@ func (h *Hub) connect(stream grpc.ServerStream) error {
 		return err
 	}
 	_ = touch(context.WithoutCancel(ctx), h.o.Store, hello.Runner, h.o.Clock.Now())
+	h.reconcileTasks(ctx, hello, c)
 	h.o.Log.Info("runner connected", "runner", hello.Runner, "agents", strings.Join(hello.Agents, ","), "live", len(hello.Live))
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- h.receive(hello.Runner, c) }()
@@ -276,6 +280,12 @@ func (h *Hub) receive(name string, c *conn) error {
 			ch = x.turns[f.Request]
 		}
 		h.mu.Unlock()
+		if f.Type == FrameTaskEnd {
+			if f.Job != nil {
+				h.taskEnd(c.stream.Context(), name, c, f.Job)
+			}
+			continue
+		}
 		if ch == nil || f.Type == FrameHeartbeat {
 			continue
 		}
