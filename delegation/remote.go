@@ -57,11 +57,16 @@ func (s *Service) EndTask(ctx context.Context, owner, id, state, reason, output 
 }
 
 // ReconcileTasks is told, when a runner hosting agents connects, which of
-// their tasks still run there (alive, task keys). An open task of those
-// agents not alive there ended with the runner (interrupted); an alive one
-// that no longer runs in the store (stopped while the runner was away) is
-// returned, to stop. The alive ones running are watched for a stop.
-func (s *Service) ReconcileTasks(ctx context.Context, runner string, agents, alive []string) (stop []string, err error) {
+// their tasks it has (known: the tasks of its hello, and those sent to it
+// since; keys), and which of those it has (alive). An open task of those
+// agents that the runner does not know ended with it (interrupted); an
+// alive one that no longer runs in the store (stopped while the runner was
+// away) is returned, to stop. The known ones running are watched for a
+// stop. No task is being started meanwhile (as in Recover): one is either
+// known or inserted after.
+func (s *Service) ReconcileTasks(ctx context.Context, runner string, agents, alive []string, known func(key string) bool) (stop []string, err error) {
+	s.tasks.starting.Lock()
+	defer s.tasks.starting.Unlock()
 	watch := map[string]string{}
 	err = s.svc.Store().Update(ctx, func(tx store.Tx) error {
 		stop, watch = nil, map[string]string{}
@@ -84,7 +89,7 @@ func (s *Service) ReconcileTasks(ctx context.Context, runner string, agents, ali
 			return err
 		}
 		for k, t := range open {
-			if slices.Contains(alive, k) {
+			if known(k) {
 				watch[k] = t.Agent
 				continue
 			}

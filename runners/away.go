@@ -61,8 +61,9 @@ func (h *Hub) startNotes(x *host) {
 		return
 	}
 	x.noting = true
+	ctx := h.life
 	for _, a := range x.cfg {
-		h.notes.Go(func() { h.keepNotes(h.life, x, a) })
+		h.notes.Go(func() { h.keepNotes(ctx, x, a) })
 	}
 }
 

@@ -96,6 +96,7 @@ type conn struct {
 	stream   grpc.ServerStream
 	sendMu   sync.Mutex
 	live     map[string]bool
+	tasks    map[string]bool // background commands sent on it (h.mu)
 	closed   chan struct{}
 	once     sync.Once
 	why      error
@@ -180,7 +181,7 @@ func (h *Hub) connect(stream grpc.ServerStream) error {
 		h.o.Log.Warn("runner refused", "runner", hello.Runner, "error", "unknown or revoked token")
 		return status.Errorf(codes.Unauthenticated, "runner %s: unknown or revoked token", hello.Runner)
 	}
-	c := &conn{instance: hello.Instance, stream: stream, live: map[string]bool{}, closed: make(chan struct{})}
+	c := &conn{instance: hello.Instance, stream: stream, live: map[string]bool{}, tasks: map[string]bool{}, closed: make(chan struct{})}
 	for _, id := range hello.Live {
 		c.live[id] = true
 	}

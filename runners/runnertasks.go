@@ -13,7 +13,10 @@ type job struct {
 	key     string
 	cmd     *bgcmd.Cmd
 	stopped bool
-	end     *Frame
+	// quit: killed as the runner stopped; not reported (the bridge ends it
+	// interrupted when the runner is back without it).
+	quit bool
+	end  *Frame
 }
 
 // jobKeys are the background commands the runner knows (hello).
@@ -64,9 +67,11 @@ func (r *Runner) startJob(j *job, spec *Job) {
 	go func() {
 		out, err := cmd.Wait()
 		r.mu.Lock()
-		stopped := j.stopped
+		stopped, quit := j.stopped, j.quit
 		r.mu.Unlock()
 		switch {
+		case quit:
+			r.o.Log.Info("runner: background task killed as the runner stops", "task", j.key)
 		case stopped:
 			r.endJob(j, "stopped", "stopped by the bridge", out)
 		case err != nil:
@@ -113,6 +118,7 @@ func (r *Runner) stopJobs() {
 	defer r.mu.Unlock()
 	for _, j := range r.jobs {
 		if j.cmd != nil && j.end == nil {
+			j.quit = true
 			j.cmd.Kill()
 		}
 	}

@@ -3,6 +3,7 @@ package runners
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -13,23 +14,27 @@ type TaskHost interface {
 	// EndTask records how task owner/id ended (a task already ended is
 	// left as it is).
 	EndTask(ctx context.Context, owner, id, state, reason, output string) error
-	// ReconcileTasks is told which of agents' tasks still run on runner
-	// (alive, by task key); it ends the others and says which alive ones
-	// to stop.
-	ReconcileTasks(ctx context.Context, runner string, agents, alive []string) (stop []string, err error)
+	// ReconcileTasks is told which of agents' tasks runner has (alive, by
+	// task key, and known: those and the ones sent to it since); it ends
+	// the open ones not known and says which alive ones to stop.
+	ReconcileTasks(ctx context.Context, runner string, agents, alive []string, known func(key string) bool) (stop []string, err error)
 }
 
 // Hosts reports whether agent is hosted by a runner: its background
 // commands run there (delegation.Remote).
 func (h *Hub) Hosts(agent string) bool { return h.o.Hosts[agent] != "" }
 
-// agentConn is the connection of agent's runner (nil: away).
-func (h *Hub) agentConn(agent string) (runner string, c *conn) {
+// agentConn is the connection of agent's runner (nil: away); a task key
+// given is recorded as sent on it.
+func (h *Hub) agentConn(agent, task string) (runner string, c *conn) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	runner = h.o.Hosts[agent]
 	if x := h.host[runner]; x != nil {
 		c = x.c
+	}
+	if c != nil && task != "" {
+		c.tasks[task] = true
 	}
 	return runner, c
 }
@@ -37,7 +42,7 @@ func (h *Hub) agentConn(agent string) (runner string, c *conn) {
 // StartTask sends task owner/id's command to agent's runner
 // (delegation.Remote); its end comes back as a task_end frame.
 func (h *Hub) StartTask(_ context.Context, agent, owner, id string, command []string) error {
-	runner, c := h.agentConn(agent)
+	runner, c := h.agentConn(agent, owner+"/"+id)
 	if c == nil {
 		return fmt.Errorf("runner %s is away", runner)
 	}
@@ -51,7 +56,7 @@ func (h *Hub) StartTask(_ context.Context, agent, owner, id string, command []st
 // StopTask tells agent's runner to stop task owner/id; a runner away is
 // told when it reconnects (ReconcileTasks).
 func (h *Hub) StopTask(agent, owner, id string) {
-	if _, c := h.agentConn(agent); c != nil {
+	if _, c := h.agentConn(agent, ""); c != nil {
 		_ = c.send(Frame{Type: FrameTaskStop, Job: &Job{Key: owner + "/" + id}})
 	}
 }
@@ -74,7 +79,12 @@ func (h *Hub) reconcileTasks(ctx context.Context, hello Frame, c *conn) {
 	if h.o.Tasks == nil {
 		return
 	}
-	stop, err := h.o.Tasks.ReconcileTasks(ctx, hello.Runner, hello.Agents, hello.Tasks)
+	known := func(key string) bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return c.tasks[key] || slices.Contains(hello.Tasks, key)
+	}
+	stop, err := h.o.Tasks.ReconcileTasks(ctx, hello.Runner, hello.Agents, hello.Tasks, known)
 	if err != nil {
 		h.o.Log.Warn("runner: settling its background tasks", "runner", hello.Runner, "error", err)
 	}

@@ -178,6 +178,7 @@ func TestBackgroundCommandAcrossReconnects(t *testing.T) {
 	}
 	waitFor(t, "the long command on the runner", func() bool { return r.Tasks() == 1 })
 	stop()
+	waitFor(t, "the bridge seeing the runner stop", func() bool { return !connected(t, b) })
 	start()
 	if got := taskEnded(t, b, long); got.State != delegation.TaskInterrupted || !strings.Contains(got.Reason, "runner laptop restarted") {
 		t.Fatalf("task %+v, want interrupted: the runner restarted", got)
