@@ -254,7 +254,8 @@ func (b *Bridge) scheduler() error {
 	}
 	b.runners = runners.NewHub(runners.HubOptions{Store: b.opts.Store, Clock: b.opts.Clock, Log: b.log,
 		Hosts: cfg.RunnerHosts(), Grace: cfg.Runners.Grace, Heartbeat: cfg.Runners.Heartbeat, Watch: b.opts.RunnerWatch,
-		Leading: leading})
+		Leading: leading, Requests: b.svc, Tasks: b.del})
+	b.del.Remote = b.runners // a runner-hosted agent's background commands run on its runner
 	b.met.Registry().MustRegister(b.runners)
 	runtime := b.opts.Runtimes
 	if runtime == nil {
@@ -311,7 +312,7 @@ func (b *Bridge) leaderJobs() {
 	for _, c := range b.opts.Connectors {
 		b.intake = append(b.intake, job{c.Surface(), func(ctx context.Context) error { return c.Run(ctx, b.router) }})
 	}
-	b.intake = append(b.intake, job{"runners", b.runners.Run})
+	b.intake = append(b.intake, job{"runners", b.runners.Run}, job{"runner tasks", b.del.WatchRemote})
 	var expiries []expiry
 	if b.web != nil {
 		expiries = append(expiries, expiry{"web sign-in links and sessions", b.web.Sweep})

@@ -12,13 +12,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os/exec"
 	"strings"
 	"time"
 
 	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/internal/bgcmd"
 	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
@@ -105,6 +105,9 @@ type Service struct {
 	threads *threads.Threads
 	timeout time.Duration
 	tasks   tasks
+	// Remote, if set, runs the background commands of the agents it
+	// hosts (runner-hosted agents: on their runner); set before Run.
+	Remote Remote
 }
 
 var _ agents.Delegator = (*Service)(nil)
@@ -113,7 +116,7 @@ var _ agents.Delegator = (*Service)(nil)
 func New(o Options) *Service {
 	s := &Service{svc: o.Requests, log: o.Log, agents: map[string]bool{}, caps: o.MaxTasks, workdir: o.Workdir, threads: o.Threads,
 		timeout: o.RendezvousTimeout}
-	s.tasks.procs = map[string]*exec.Cmd{}
+	s.tasks.procs, s.tasks.remote = map[string]*bgcmd.Cmd{}, map[string]string{}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

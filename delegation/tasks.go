@@ -1,11 +1,9 @@
 package delegation
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/audit"
+	"github.com/roombridge/roombridge/internal/bgcmd"
 	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/internal/failpoint"
 	"github.com/roombridge/roombridge/requests"
@@ -31,9 +30,6 @@ const (
 // DefaultMaxTasks is the per-agent cap of concurrent background tasks when
 // none is configured.
 const DefaultMaxTasks = 3
-
-// maxOutput bounds the output a task keeps (its tail).
-const maxOutput = 16 << 10
 
 // Buckets of tasks.
 const (
@@ -128,8 +124,11 @@ func (t *Task) What() string {
 // tasks is the in-memory side of running tasks: their processes.
 type tasks struct {
 	mu    sync.Mutex
-	procs map[string]*exec.Cmd // from its start until its end is committed
-	wg    sync.WaitGroup
+	procs map[string]*bgcmd.Cmd // from its start until its end is committed
+	// remote are the tasks running elsewhere (Service.Remote) that this
+	// bridge watches for a stop: task key (owner/id) → agent.
+	remote map[string]string
+	wg     sync.WaitGroup
 	// starting is held (read) by BackgroundRun from before it inserts a
 	// task until the task's process is in procs (or its failed start is
 	// recorded), and (write) by Recover: a task being started here is
@@ -295,14 +294,15 @@ func (s *Service) putTask(tx store.Tx, t *Task) error {
 	return nil
 }
 
-// start runs t's command in the background; its end is recorded by finish.
+// start runs t's command in the background (on the agent's runner when
+// it has one, remote.go); its end is recorded by finish.
 func (s *Service) start(t *Task) {
-	var out tail
-	cmd := exec.Command(t.Command[0], t.Command[1:]...)
-	cmd.Dir = s.workdir
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
+	if s.Remote != nil && s.Remote.Hosts(t.Agent) {
+		s.startRemote(t)
+		return
+	}
+	cmd, err := bgcmd.Start(s.workdir, t.Command)
+	if err != nil {
 		s.finish(t, TaskFailed, "it did not start: "+err.Error(), "")
 		return
 	}
@@ -327,20 +327,20 @@ func (s *Service) start(t *Task) {
 			case <-wake:
 			}
 			if tk, err := s.task(t.Owner, t.ID); err == nil && tk.State != TaskRunning {
-				killGroup(cmd.Process)
+				cmd.Kill()
 				return
 			}
 		}
 	}()
 	go func() {
 		defer s.tasks.wg.Done()
-		err := cmd.Wait()
+		out, err := cmd.Wait()
 		close(exited)
 		state, reason := TaskSucceeded, ""
 		if err != nil {
 			state, reason = TaskFailed, err.Error()
 		}
-		s.finish(t, state, reason, out.String())
+		s.finish(t, state, reason, out)
 		// Ours until its end is committed: Recover in between would
 		// record it interrupted instead.
 		s.tasks.mu.Lock()
@@ -509,8 +509,8 @@ func (s *Service) Recover(ctx context.Context) error {
 			s.tasks.mu.Lock()
 			mine := s.tasks.procs[t.ID] != nil
 			s.tasks.mu.Unlock()
-			if mine {
-				continue
+			if mine || s.Remote != nil && s.Remote.Hosts(t.Agent) {
+				continue // a runner's task ends when its runner reports (remote.go)
 			}
 			if _, err := s.EndTaskTx(tx, t.Owner, t.ID, TaskInterrupted, "the bridge restarted and its process did not survive", ""); err != nil {
 				return err
@@ -544,28 +544,6 @@ func (s *Service) Tasks(ctx context.Context, owner string) ([]Task, error) {
 
 // Wait waits for the running tasks' processes to end (tests, shutdown).
 func (s *Service) Wait() { s.tasks.wg.Wait() }
-
-// tail keeps the last maxOutput bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf.Write(p)
-	if over := t.buf.Len() - maxOutput; over > 0 {
-		t.buf.Next(over)
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.buf.String()
-}
 
 // Errors of the task commands.
 var (

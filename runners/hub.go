@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/roombridge/roombridge/clock"
+	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 )
 
@@ -44,6 +46,12 @@ type HubOptions struct {
 	// Leading tells whether this instance leads (nil: always). A follower
 	// refuses runners.
 	Leading func() bool
+	// Requests, if set, is where the hub says why an away runner's agents'
+	// queued requests wait (their activity; nil: it does not).
+	Requests *requests.Service
+	// Tasks, if set, records the ends of the background commands run on
+	// runners (nil: task_end frames are ignored).
+	Tasks TaskHost
 }
 
 // Hub is the bridge's side: it accepts runners (Handler), knows which
@@ -56,6 +64,13 @@ type Hub struct {
 	host map[string]*host // by runner name
 	// reconnects counts connections of a runner seen before.
 	reconnects int
+	// started is when this bridge began leading: a runner not seen since
+	// is away once the grace has passed from then.
+	started time.Time
+	// life is Run's context (nil outside Run); notes are the workers
+	// keeping the notes of away runners' queued requests.
+	life  context.Context
+	notes sync.WaitGroup
 }
 
 // host is one runner as the bridge sees it.
@@ -65,8 +80,11 @@ type host struct {
 	agents   []string
 	since    time.Time
 	lastSeen time.Time
-	// gone: silent past the grace; told: the room was told of this outage.
-	gone, told bool
+	// gone: silent past the grace; told: the room was told of this outage;
+	// noting: workers keep its agents' queued requests' notes.
+	gone, told, noting bool
+	// cfg are the agents the bridge's config gives this runner.
+	cfg []string
 	// change is closed (and replaced) whenever c or gone changes.
 	change chan struct{}
 	turns  map[string]chan Frame // frames of the turns in flight, by request
@@ -78,6 +96,7 @@ type conn struct {
 	stream   grpc.ServerStream
 	sendMu   sync.Mutex
 	live     map[string]bool
+	tasks    map[string]bool // background commands sent on it (h.mu)
 	closed   chan struct{}
 	once     sync.Once
 	why      error
@@ -111,7 +130,13 @@ func NewHub(o HubOptions) *Hub {
 	if o.Watch <= 0 {
 		o.Watch = o.Heartbeat / 2
 	}
-	h := &Hub{o: o, host: map[string]*host{}}
+	h := &Hub{o: o, host: map[string]*host{}, started: o.Clock.Now()}
+	for _, a := range slices.Sorted(maps.Keys(o.Hosts)) {
+		if name := o.Hosts[a]; name != "" {
+			x := h.hostLocked(name)
+			x.cfg = append(x.cfg, a)
+		}
+	}
 	h.srv = grpc.NewServer()
 	h.srv.RegisterService(&serviceDesc, h)
 	return h
@@ -156,7 +181,7 @@ func (h *Hub) connect(stream grpc.ServerStream) error {
 		h.o.Log.Warn("runner refused", "runner", hello.Runner, "error", "unknown or revoked token")
 		return status.Errorf(codes.Unauthenticated, "runner %s: unknown or revoked token", hello.Runner)
 	}
-	c := &conn{instance: hello.Instance, stream: stream, live: map[string]bool{}, closed: make(chan struct{})}
+	c := &conn{instance: hello.Instance, stream: stream, live: map[string]bool{}, tasks: map[string]bool{}, closed: make(chan struct{})}
 	for _, id := range hello.Live {
 		c.live[id] = true
 	}
@@ -169,6 +194,7 @@ func (h *Hub) connect(stream grpc.ServerStream) error {
 		return err
 	}
 	_ = touch(context.WithoutCancel(ctx), h.o.Store, hello.Runner, h.o.Clock.Now())
+	h.reconcileTasks(ctx, hello, c)
 	h.o.Log.Info("runner connected", "runner", hello.Runner, "agents", strings.Join(hello.Agents, ","), "live", len(hello.Live))
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- h.receive(hello.Runner, c) }()
@@ -255,6 +281,12 @@ func (h *Hub) receive(name string, c *conn) error {
 			ch = x.turns[f.Request]
 		}
 		h.mu.Unlock()
+		if f.Type == FrameTaskEnd {
+			if f.Job != nil {
+				h.taskEnd(c.stream.Context(), name, c, f.Job)
+			}
+			continue
+		}
 		if ch == nil || f.Type == FrameHeartbeat {
 			continue
 		}
@@ -270,6 +302,19 @@ func (h *Hub) receive(name string, c *conn) error {
 // ends; then it closes every connection (the runners reconnect to the
 // next leader).
 func (h *Hub) Run(ctx context.Context) error {
+	h.mu.Lock()
+	h.started, h.life = h.o.Clock.Now(), ctx
+	for _, x := range h.host {
+		x.noting = false
+		h.startNotes(x) // the notes an earlier leader left: off again
+	}
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.life = nil
+		h.mu.Unlock()
+		h.notes.Wait()
+	}()
 	t := time.NewTicker(h.o.Watch)
 	defer t.Stop()
 	beat := time.Now() // heartbeats are the wire's: real time
@@ -298,16 +343,25 @@ func (h *Hub) watch(heartbeat bool) {
 	h.mu.Lock()
 	var beat []*conn
 	for _, x := range h.host {
-		silent := !x.lastSeen.IsZero() && now.Sub(x.lastSeen) > h.o.Grace
+		// Every runner has a whole grace from when this bridge began
+		// leading, seen before or not.
+		ref := x.lastSeen
+		if ref.Before(h.started) {
+			ref = h.started
+		}
+		silent := !ref.IsZero() && now.Sub(ref) > h.o.Grace
 		switch {
 		case x.c != nil && silent:
 			h.o.Log.Warn("runner silent past the grace; its turns are interrupted", "runner", x.name, "grace", h.o.Grace)
 			x.c.close(status.Error(codes.DeadlineExceeded, "no heartbeat within the grace"))
 			x.c, x.gone = nil, true
 			x.changed()
+			h.startNotes(x)
 		case x.c == nil && silent && !x.gone:
+			h.o.Log.Warn("runner away past the grace", "runner", x.name, "grace", h.o.Grace, "seen", !x.lastSeen.IsZero())
 			x.gone = true
 			x.changed()
+			h.startNotes(x)
 		case x.c != nil && heartbeat:
 			beat = append(beat, x.c)
 		}

@@ -3,21 +3,29 @@ package runners
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 
 	"github.com/roombridge/roombridge/agents"
 )
 
 // localTurn is a turn running on the runner. Its frames are kept until the
-// bridge acknowledges the end, so a reconnect can resend what the bridge
-// missed.
+// bridge acknowledges them (a cumulative ack every AckEvery frames it
+// applied, and at the end), so a reconnect can resend what the bridge
+// missed and the buffer stays small however long the turn talks.
 type localTurn struct {
 	r   *Runner
 	req string
+	// out orders the sends of the turn's frames: a re-attach's resend and
+	// new frames go out in sequence.
+	out sync.Mutex
 
 	mu     sync.Mutex
 	seq    int
 	frames []Frame
+	// on is the connection the bridge last gave (or re-attached) the turn
+	// on: frames go out only on it, so none overtakes a resend.
+	on *rconn
 	// sent is the last Seq the runner sent without an error.
 	sent    int
 	ended   bool
@@ -33,7 +41,7 @@ type localTurn struct {
 // start runs a new turn t as a local process.
 func (r *Runner) start(ctx context.Context, c *rconn, t Turn) {
 	rt := r.o.Agents[t.Agent]
-	lt := &localTurn{r: r, req: t.RequestID, seq: t.After, token: t.MCPToken, replies: map[string]chan agents.Response{},
+	lt := &localTurn{r: r, req: t.RequestID, seq: t.After, on: c, token: t.MCPToken, replies: map[string]chan agents.Response{},
 		cancel: make(chan struct{}), drain: make(chan struct{})}
 	r.mu.Lock()
 	r.turns[t.RequestID] = lt
@@ -62,8 +70,11 @@ func (r *Runner) start(ctx context.Context, c *rconn, t Turn) {
 	}()
 }
 
-// emit numbers f, keeps it and sends it when connected.
+// emit numbers f, keeps it and sends it when the turn's connection is the
+// current one.
 func (lt *localTurn) emit(f Frame) {
+	lt.out.Lock()
+	defer lt.out.Unlock()
 	lt.mu.Lock()
 	lt.seq++
 	f.Seq, f.Request = lt.seq, lt.req
@@ -71,18 +82,47 @@ func (lt *localTurn) emit(f Frame) {
 	if f.Type == FrameDone {
 		lt.ended = true
 	}
+	on := lt.on
 	lt.mu.Unlock()
-	if c := lt.r.current(); c != nil && c.send(f) == nil {
+	if on != nil && on == lt.r.current() && on.send(f) == nil {
 		lt.mu.Lock()
 		lt.sent = max(lt.sent, f.Seq)
 		lt.mu.Unlock()
 	}
 }
 
-// reattach resends on c the frames after t.After (the bridge is back, or
-// a new leader adopts the turn).
-func (lt *localTurn) reattach(c *rconn, t Turn) {
+// acked forgets the frames through seq, which the bridge has applied,
+// but for calls not answered yet (a new leader must see them again).
+// forget: the turn has ended and its end is applied (seq 0: an end ack
+// without a sequence number).
+func (lt *localTurn) acked(seq int) (forget bool) {
 	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	if lt.ended && (seq == 0 || seq >= lt.seq) {
+		lt.frames = nil
+		return true
+	}
+	lt.frames = slices.DeleteFunc(lt.frames, func(f Frame) bool {
+		return f.Seq <= seq && (f.Type != FrameCall || lt.replies[f.Event.ID] == nil)
+	})
+	return false
+}
+
+// buffered is how many frames the turn keeps.
+func (lt *localTurn) buffered() int {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	return len(lt.frames)
+}
+
+// reattach resends on c the frames after t.After (the bridge is back, or
+// a new leader adopts the turn); the turn's new frames go out on c after
+// them.
+func (lt *localTurn) reattach(c *rconn, t Turn) {
+	lt.out.Lock()
+	defer lt.out.Unlock()
+	lt.mu.Lock()
+	lt.on = c
 	if t.MCPToken != "" {
 		lt.token = t.MCPToken
 	}
@@ -101,12 +141,6 @@ func (lt *localTurn) reattach(c *rconn, t Turn) {
 			return
 		}
 	}
-}
-
-func (lt *localTurn) finished() bool {
-	lt.mu.Lock()
-	defer lt.mu.Unlock()
-	return lt.ended
 }
 
 // control carries out a cancel, a drain or a call's reply.

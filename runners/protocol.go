@@ -29,7 +29,11 @@ const (
 	FrameCancel    = "cancel"    // b→r: Turn.Cancel closed
 	FrameDrain     = "drain"     // b→r: Turn.Drain closed
 	FrameDone      = "done"      // r→b: the turn ended
-	FrameAck       = "ack"       // b→r: the done frame was applied; forget the turn
+	FrameAck       = "ack"       // b→r: the frames through seq are applied (the done frame: forget the turn)
+	FrameTask      = "task"      // b→r: start a background command
+	FrameTaskStop  = "task_stop" // b→r: stop it
+	FrameTaskEnd   = "task_end"  // r→b: it ended
+	FrameTaskAck   = "task_ack"  // b→r: its end is recorded; forget it
 )
 
 // Frame is one message on the stream, either way.
@@ -43,6 +47,11 @@ type Frame struct {
 	Instance string   `json:"instance,omitempty"`
 	Agents   []string `json:"agents,omitempty"`
 	Live     []string `json:"live,omitempty"`
+	// Tasks (hello) are the background commands the runner still knows,
+	// by task key (owner/id): running, or ended and not acknowledged.
+	Tasks []string `json:"tasks,omitempty"`
+	// Job is a background command (task, task_stop, task_end, task_ack).
+	Job *Job `json:"job,omitempty"`
 	// Heartbeat is the period both sides send heartbeats at (welcome).
 	Heartbeat time.Duration `json:"heartbeat,omitempty"`
 	// Request is the request the frame is about; Seq the frame's number
@@ -75,6 +84,19 @@ type Turn struct {
 	// answered, its end).
 	After int  `json:"after,omitempty"`
 	Adopt bool `json:"adopt,omitempty"`
+}
+
+// Job is a background command of a runner-hosted agent (delegation's
+// background_run), run on the runner: Key names it (owner/id, see
+// delegation.TaskKey); task_end carries State (succeeded, failed,
+// stopped), Reason and Output.
+type Job struct {
+	Key     string   `json:"key"`
+	Agent   string   `json:"agent,omitempty"`
+	Command []string `json:"command,omitempty"`
+	State   string   `json:"state,omitempty"`
+	Reason  string   `json:"reason,omitempty"`
+	Output  string   `json:"output,omitempty"`
 }
 
 // codec is gRPC's codec for Frame: JSON (content subtype "json").

@@ -37,6 +37,9 @@ type RunnerOptions struct {
 	Log *slog.Logger
 	// Retry is the pause between rounds of URLs (default 1s).
 	Retry time.Duration
+	// Workdirs are where each agent's background commands run ("": the
+	// runner's directory).
+	Workdirs map[string]string
 }
 
 // ErrRefused wraps a refusal that retrying does not cure (a revoked
@@ -57,6 +60,7 @@ type Runner struct {
 	mu    sync.Mutex
 	cur   *rconn
 	turns map[string]*localTurn
+	jobs  map[string]*job // background commands, by task key
 }
 
 // rconn is one connection to a bridge.
@@ -82,7 +86,7 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	r := &Runner{o: o, instance: hex.EncodeToString(b[:]), turns: map[string]*localTurn{}}
+	r := &Runner{o: o, instance: hex.EncodeToString(b[:]), turns: map[string]*localTurn{}, jobs: map[string]*job{}}
 	var err error
 	if r.mcp, err = newMCPProxy(r); err != nil {
 		return nil, err
@@ -94,6 +98,7 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 // for good (ErrRefused). Turns keep running while it reconnects.
 func (r *Runner) Run(ctx context.Context) error {
 	defer r.mcp.close()
+	defer r.stopJobs()
 	r.life = ctx
 	for {
 		for _, u := range r.o.URLs {
@@ -151,7 +156,8 @@ func (r *Runner) session(ctx context.Context, u string) error {
 	live := slices.Sorted(maps.Keys(r.turns))
 	r.mu.Unlock()
 	names := slices.Sorted(maps.Keys(r.o.Agents))
-	if err := c.send(Frame{Type: FrameHello, Runner: r.o.Name, Instance: r.instance, Agents: names, Live: live}); err != nil {
+	hello := Frame{Type: FrameHello, Runner: r.o.Name, Instance: r.instance, Agents: names, Live: live, Tasks: r.jobKeys()}
+	if err := c.send(hello); err != nil {
 		return refusal(err, st)
 	}
 	var welcome Frame
@@ -162,6 +168,7 @@ func (r *Runner) session(ctx context.Context, u string) error {
 	r.mu.Lock()
 	r.cur = c
 	r.mu.Unlock()
+	r.resendJobEnds(c)
 	defer func() {
 		r.mu.Lock()
 		if r.cur == c {
@@ -246,13 +253,30 @@ func (r *Runner) handle(ctx context.Context, c *rconn, f Frame) {
 		if lt != nil {
 			lt.control(f)
 		}
+	case FrameTask, FrameTaskStop, FrameTaskAck:
+		r.handleJob(f)
 	case FrameAck:
-		r.mu.Lock()
-		if lt != nil && lt.finished() {
-			delete(r.turns, f.Request)
+		if lt != nil && lt.acked(f.Seq) {
+			r.mu.Lock()
+			if r.turns[f.Request] == lt {
+				delete(r.turns, f.Request)
+			}
+			r.mu.Unlock()
 		}
-		r.mu.Unlock()
 	}
+}
+
+// Buffered is how many frames the runner keeps for the bridge (its turns'
+// frames not acknowledged yet): bounded by about AckEvery a turn.
+func (r *Runner) Buffered() int {
+	r.mu.Lock()
+	turns := slices.Collect(maps.Values(r.turns))
+	r.mu.Unlock()
+	n := 0
+	for _, lt := range turns {
+		n += lt.buffered()
+	}
+	return n
 }
 
 // current is the connection frames go out on (nil while away).

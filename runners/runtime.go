@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/roombridge/roombridge/agents"
 )
@@ -32,6 +31,7 @@ type turnRun struct {
 	sink   agents.Sink
 	frames chan Frame
 	seq    int    // the last frame applied
+	acked  int    // the last frame acknowledged to the runner
 	sent   *conn  // the connection the turn was last sent on
 	runner string // the runner it was last sent to
 	// interrupted: the runner went away past the grace during this turn.
@@ -133,7 +133,7 @@ func (tr *turnRun) send(ctx context.Context, x *host, c *conn) error {
 		return nil
 	}
 	tr.flush(c)
-	if tr.interrupted && !live {
+	if tr.interrupted && !live && (!first || tr.t.Resumed) {
 		_ = tr.sink.Message(ctx, fmt.Sprintf("resumed %s on runner %s", h.o.Clock.Now().Format("15:04"), x.name))
 	}
 	if tr.interrupted {
@@ -151,14 +151,16 @@ func (tr *turnRun) interrupt(ctx context.Context, x *host) {
 	h.mu.Lock()
 	tell := !x.told
 	x.told = true
-	at := x.lastSeen
-	agentsAway := strings.Join(x.agents, ", ")
+	at, seen := h.since(x)
+	names := x.agents
+	if len(names) == 0 {
+		names = x.cfg
+	}
+	names = slices.Clone(names)
 	h.mu.Unlock()
-	why := fmt.Sprintf("interrupted: runner %s went away at %s", x.name, at.Format("15:04"))
-	_ = tr.sink.Tool(ctx, agents.PhaseStart, why)
+	_ = tr.sink.Tool(ctx, agents.PhaseStart, awayActivity(x.name, at, seen))
 	if tell {
-		_ = tr.sink.Message(ctx, fmt.Sprintf("runner %s went away at %s (agents %s): its turns resume when it is back",
-			x.name, at.Format("15:04"), agentsAway))
+		_ = tr.sink.Message(ctx, awayMessage(x.name, at, seen, names))
 	}
 }
 
@@ -206,12 +208,21 @@ func (tr *turnRun) apply(ctx context.Context, f Frame) (done bool, out agents.Ou
 		tr.tell(tr.sent, FrameCancel)
 		return true, agents.Outcome{}, err
 	}
+	if tr.seq-tr.acked >= AckEvery {
+		tr.ack()
+	}
 	return false, out, nil
 }
 
+// AckEvery is how many applied frames of a turn the bridge acknowledges
+// at once (and its end): the runner keeps at most about as many.
+const AckEvery = 16
+
+// ack tells the runner that the frames through tr.seq are applied (the
+// sink's reports are committed to the store when it returns).
 func (tr *turnRun) ack() {
-	if tr.sent != nil {
-		_ = tr.sent.send(Frame{Type: FrameAck, Request: tr.t.RequestID})
+	if tr.sent != nil && tr.sent.send(Frame{Type: FrameAck, Request: tr.t.RequestID, Seq: tr.seq}) == nil {
+		tr.acked = tr.seq
 	}
 }
 

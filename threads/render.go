@@ -48,6 +48,10 @@ func StatusLine(r *requests.Request, waiting string) string {
 	case requests.Pending:
 		return "pending approval"
 	case requests.Approved:
+		if r.Activity != "" {
+			// Why it waits, when something says (an away runner).
+			return "approved · queued · " + r.Activity
+		}
 		return "approved · queued"
 	case requests.Running:
 		parts := []string{"running"}

@@ -50,7 +50,7 @@ func runnerCmd(ctx context.Context, args []string) error {
 		}
 		tlsCfg = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
-	rts := map[string]agents.Runtime{}
+	rts, dirs := map[string]agents.Runtime{}, map[string]string{}
 	for name, a := range f.Agents {
 		workdir := a.Workdir
 		if workdir == "" {
@@ -61,9 +61,10 @@ func runnerCmd(ctx context.Context, args []string) error {
 		}
 		rts[name] = &process.Runtime{Kind: process.Kind(orDefault(a.Kind, string(process.Exec))), Command: a.Command,
 			Workdir: workdir, TurnTimeout: a.TurnTimeout}
+		dirs[name] = workdir // its background commands run there too
 	}
 	r, err := runners.NewRunner(runners.RunnerOptions{Name: f.Runner.Name, URLs: f.Runner.Bridges,
-		Token: strings.TrimSpace(string(b)), Agents: rts, TLS: tlsCfg, Log: log})
+		Token: strings.TrimSpace(string(b)), Agents: rts, Workdirs: dirs, TLS: tlsCfg, Log: log})
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,6 @@
 //go:build unix
 
-package delegation
+package bgcmd
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package delegation
+package bgcmd
 
 import "syscall"
 

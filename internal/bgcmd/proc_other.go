@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package delegation
+package bgcmd
 
 import "syscall"
 
