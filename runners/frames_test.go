@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"sync"
@@ -11,7 +12,9 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/core/coretest"
+	"github.com/roombridge/roombridge/internal/syncbuf"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/runners"
 	"github.com/roombridge/roombridge/threads"
@@ -137,7 +140,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // with frames reported while cut, is re-attached on reconnect and every
 // event is applied exactly once, in order.
 func TestRunnerBufferBounded(t *testing.T) {
-	b := startBridge(t)
+	logs := &syncbuf.Buffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs of the bridge and the runner:\n%s", logs.String())
+		}
+	})
+	b := coretest.Start(t, coretest.Options{Config: bridgeConfig, Dir: t.TempDir(), Surfaces: []string{chat.Console}, HoldOutbox: true, Log: log})
 	tok, err := runners.Add(context.Background(), b.DB, time.Now(), "laptop")
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +156,7 @@ func TestRunnerBufferBounded(t *testing.T) {
 	a := &chatty{first: 120, more: 40, phase1: make(chan struct{}), phase2: make(chan struct{}),
 		gateA: make(chan struct{}), gateB: make(chan struct{})}
 	r, err := runners.NewRunner(runners.RunnerOptions{Name: "laptop", URLs: []string{p.URL()}, Token: tok,
-		Agents: map[string]agents.Runtime{"coder": a}, Retry: 10 * time.Millisecond})
+		Agents: map[string]agents.Runtime{"coder": a}, Retry: 10 * time.Millisecond, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}

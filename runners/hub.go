@@ -185,12 +185,19 @@ func (h *Hub) connect(stream grpc.ServerStream) error {
 	for _, id := range hello.Live {
 		c.live[id] = true
 	}
+	// The welcome is the connection's first frame: a turn that attach
+	// wakes sends its frame only after it (the runner reads the first
+	// frame as the welcome, and a turn sent before it was lost).
+	c.sendMu.Lock()
 	if err := h.attach(hello, c); err != nil {
+		c.sendMu.Unlock()
 		h.o.Log.Warn("runner refused", "runner", hello.Runner, "error", err)
 		return err
 	}
 	defer h.detach(hello.Runner, c)
-	if err := c.send(Frame{Type: FrameWelcome, Heartbeat: h.o.Heartbeat}); err != nil {
+	err := c.stream.SendMsg(&Frame{Type: FrameWelcome, Heartbeat: h.o.Heartbeat})
+	c.sendMu.Unlock()
+	if err != nil {
 		return err
 	}
 	_ = touch(context.WithoutCancel(ctx), h.o.Store, hello.Runner, h.o.Clock.Now())

@@ -164,6 +164,9 @@ func (r *Runner) session(ctx context.Context, u string) error {
 	if err := st.RecvMsg(&welcome); err != nil {
 		return refusal(err, nil)
 	}
+	if welcome.Type != FrameWelcome {
+		return fmt.Errorf("runner: the bridge's first frame is %q, not its welcome", welcome.Type)
+	}
 	r.o.Log.Info("runner connected", "url", u, "agents", len(names), "live", len(live))
 	r.mu.Lock()
 	r.cur = c
