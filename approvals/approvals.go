@@ -625,6 +625,7 @@ type settlement struct {
 	encoded       []byte             // after, as stored
 	cards         []threads.Prepared // after's card, on each copy
 	retry         []threads.Prepared // an expired request's retry offer (settleExpiry)
+	request       requests.Read      // the request an expiry expires, as read when prepared (zero: none)
 }
 
 // settle prepares a's move to state to; reason is why it was withdrawn, or

@@ -264,7 +264,7 @@ func (s *Service) ExpireBatch(ctx context.Context, ts []store.Timer, now time.Ti
 	pres := make([]*settlement, len(ts))
 	if err := s.store.View(ctx, func(tx store.Tx) error {
 		for i, t := range ts {
-			raws[i], pres[i] = prepareExpiry(tx, t, now)
+			raws[i], pres[i] = s.prepareExpiry(tx, t, now)
 		}
 		return nil
 	}); err != nil {
@@ -296,9 +296,10 @@ func batchName(ts []store.Timer) string {
 }
 
 // prepareExpiry reads the approval of t and, if it is pending and due,
-// prepares its expiry: the bytes read and the settlement (nil, nil when there
-// is nothing to prepare: the write transaction sees and handles it).
-func prepareExpiry(tx store.Tx, t store.Timer, now time.Time) ([]byte, *settlement) {
+// prepares its expiry: the bytes read and the settlement, with the request
+// it expires as read (nil, nil when there is nothing to prepare: the write
+// transaction sees and handles it).
+func (s *Service) prepareExpiry(tx store.Tx, t store.Timer, now time.Time) ([]byte, *settlement) {
 	b, err := tx.Get(bucketApprovals, t.ID)
 	if err != nil {
 		return nil, nil
@@ -310,6 +311,9 @@ func prepareExpiry(tx store.Tx, t store.Timer, now time.Time) ([]byte, *settleme
 	st, err := settleExpiry(&a, now)
 	if err != nil {
 		return nil, nil
+	}
+	if a.Kind == KindRequest {
+		st.request, _ = s.svc.ReadTx(tx, a.RequestID) // none: read again in the write
 	}
 	return b, st
 }
@@ -378,7 +382,7 @@ func (s *Service) expireTx(tx store.Tx, st *settlement) (*Approval, error) {
 	detail := fmt.Sprintf("approval %s: nobody decided within %s", a.ID, Duration(a.TTL))
 	if a.Kind == KindRequest {
 		reason := "not approved within " + Duration(a.TTL)
-		_, err := s.svc.ApplyTx(tx, a.RequestID, requests.Change{Event: requests.Expire, Actor: ActorTTL,
+		_, err := s.svc.ApplyReadTx(tx, a.RequestID, st.request, requests.Change{Event: requests.Expire, Actor: ActorTTL,
 			Detail: detail, Mutate: func(r *requests.Request) { r.Reason = reason }})
 		if err == nil {
 			err = enqueueTx(tx, st.retry)
