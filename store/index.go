@@ -193,34 +193,56 @@ func Enqueue(tx Tx, e *Effect) error {
 	return nil
 }
 
-// effectHead is an Effect as stored, but for its payload.
-type effectHead struct {
-	Seq       uint64    `json:"seq"`
-	Queue     string    `json:"queue"`
-	Coalesce  string    `json:"coalesce,omitempty"`
-	Attempts  int       `json:"attempts,omitempty"`
-	NotBefore time.Time `json:"not_before,omitzero"`
-	LastError string    `json:"last_error,omitempty"`
-	Created   time.Time `json:"created"`
+// putEffect writes e under its Seq.
+func putEffect(tx Tx, e *Effect) error {
+	return tx.Put(bucketOutbox, outboxKey(e.Seq), appendEffect(make([]byte, 0, 160+len(e.Payload)), e))
 }
 
-// putEffect writes e under its Seq. The payload is spliced in as it is:
-// json.Marshal would validate and compact it again, byte by byte, and the
-// payload (a rendered message) is most of an effect (a fifth of a sweep's
-// expiry in BenchmarkSweep went there).
-func putEffect(tx Tx, e *Effect) error {
-	head, err := json.Marshal(effectHead{Seq: e.Seq, Queue: e.Queue, Coalesce: e.Coalesce, Attempts: e.Attempts,
-		NotBefore: e.NotBefore, LastError: e.LastError, Created: e.Created})
-	if err != nil {
-		return fmt.Errorf("store: encode effect %d: %w", e.Seq, err)
+// appendEffect appends e's JSON (what json.Marshal gives, field for field)
+// to b, by hand: json.Marshal would validate and compact the payload (a
+// rendered message, most of an effect) and each time's MarshalJSON output
+// again, byte by byte, inside the store's single writer (a fifth of a
+// sweep's expiry in BenchmarkSweep went there). The payload is appended as
+// it is.
+func appendEffect(b []byte, e *Effect) []byte {
+	b = strconv.AppendUint(append(b, `{"seq":`...), e.Seq, 10)
+	b = appendJSONString(append(b, `,"queue":`...), e.Queue)
+	if e.Coalesce != "" {
+		b = appendJSONString(append(b, `,"coalesce":`...), e.Coalesce)
 	}
-	payload := []byte(e.Payload)
-	if len(payload) == 0 {
-		payload = []byte("null")
+	b = append(b, `,"payload":`...)
+	if len(e.Payload) == 0 {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, e.Payload...)
 	}
-	b := make([]byte, 0, len(head)+len(`,"payload":`)+len(payload))
-	b = append(append(append(b, head[:len(head)-1]...), `,"payload":`...), payload...)
-	return tx.Put(bucketOutbox, outboxKey(e.Seq), append(b, '}'))
+	if e.Attempts != 0 {
+		b = strconv.AppendInt(append(b, `,"attempts":`...), int64(e.Attempts), 10)
+	}
+	if !e.NotBefore.IsZero() {
+		b = appendJSONTime(append(b, `,"not_before":`...), e.NotBefore)
+	}
+	if e.LastError != "" {
+		b = appendJSONString(append(b, `,"last_error":`...), e.LastError)
+	}
+	b = appendJSONTime(append(b, `,"created":`...), e.Created)
+	return append(b, '}')
+}
+
+// appendJSONString appends s as json.Marshal quotes it.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // escapes: rare in queue names and errors
+			return append(b, q...)
+		}
+	}
+	return append(append(append(b, '"'), s...), '"')
+}
+
+// appendJSONTime appends t as time.Time's MarshalJSON does.
+func appendJSONTime(b []byte, t time.Time) []byte {
+	return append(t.AppendFormat(append(b, '"'), time.RFC3339Nano), '"')
 }
 
 // PendingEffects returns up to limit undelivered effects in insertion order.
