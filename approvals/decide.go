@@ -368,8 +368,8 @@ func (s *Service) expireNowTx(tx store.Tx, a *Approval, now time.Time) (*Approva
 	return s.expireTx(tx, st)
 }
 
-// expireTx applies st (settleExpiry), the expiry of a pending approval: a request's
-// approval moves its request to expired (never a denial); an agent's
+// expireTx applies st (settleExpiry), the expiry of a pending approval: a
+// request's approval moves its request to expired (never a denial); an agent's
 // permission is answered "not approved: expired", its question "no answer:
 // expired" (never an answer). Audited as system:ttl; every card copy
 // updated.
