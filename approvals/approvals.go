@@ -14,7 +14,6 @@ package approvals
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,7 +23,6 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/audit"
-	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/directory"
@@ -581,64 +579,6 @@ func (s *Service) postCardsTx(tx store.Tx, a *Approval, r, root *requests.Reques
 		}
 	}
 	return nil
-}
-
-// updateCardsTx puts card m in place of every posted copy of a's card.
-func updateCardsTx(tx store.Tx, a *Approval, m chat.Message) error {
-	for _, c := range a.Copies {
-		if err := threads.Enqueue(tx, threads.Effect{Op: threads.OpUpdate, Request: c.Request,
-			Surface: c.Surface, Ref: c.Ref, Message: m}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// settlement is a pending approval's move to a final state. It is a pure
-// function of the approval and the move, so the sweeper prepares it outside
-// the write transaction (off the store's single writer).
-type settlement struct {
-	before, after *Approval
-	encoded       []byte       // after, as stored
-	card          chat.Message // after's card
-}
-
-// settle prepares a's move to state to; reason is why it was withdrawn, or
-// a question's answer when to is Answered.
-func settle(a *Approval, to State, by, surface, reason string, now time.Time) (*settlement, error) {
-	after := *a
-	after.State, after.DecidedBy, after.Surface, after.DecidedAt = to, by, surface, now
-	if to == Answered {
-		after.Answer = reason
-	} else {
-		after.Reason = reason
-	}
-	after.Version++
-	enc, err := json.Marshal(&after)
-	if err != nil {
-		return nil, fmt.Errorf("approvals: encode %s: %w", a.ID, err)
-	}
-	return &settlement{before: a, after: &after, encoded: enc, card: Card(&after)}, nil
-}
-
-// applyTx writes the settlement, with every copy of the card updated.
-func (st *settlement) applyTx(tx store.Tx) (*Approval, error) {
-	if err := putTx(tx, st.before, st.after, st.encoded); err != nil {
-		return nil, err
-	}
-	if err := updateCardsTx(tx, st.after, st.card); err != nil {
-		return nil, err
-	}
-	return st.after, nil
-}
-
-// settleTx moves a pending approval to its final state, with its cards.
-func settleTx(tx store.Tx, a *Approval, to State, by, surface, reason string, now time.Time) (*Approval, error) {
-	st, err := settle(a, to, by, surface, reason, now)
-	if err != nil {
-		return nil, err
-	}
-	return st.applyTx(tx)
 }
 
 // withdrawTx withdraws the pending approvals of request r, found through

@@ -5,10 +5,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/roombridge/roombridge/approvals"
+	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/config"
@@ -102,5 +104,98 @@ func TestSweepBatchFitsOneEtcdTxn(t *testing.T) {
 	rs2, err := svc.List(ctx, requests.Filter{State: requests.Expired})
 	if err != nil || len(rs2) != n {
 		t.Errorf("%d expired requests (%v), want %d", len(rs2), err, n)
+	}
+}
+
+// interleaving is the bolt store that, once armed, runs between before the
+// next Update: what other writers commit between a sweep batch's read
+// (where its expiries are prepared) and its write.
+type interleaving struct {
+	*bolt.DB
+	mu      sync.Mutex
+	between func()
+}
+
+func (s *interleaving) Update(ctx context.Context, fn func(store.Tx) error) error {
+	s.mu.Lock()
+	f := s.between
+	s.between = nil
+	s.mu.Unlock()
+	if f != nil {
+		f()
+	}
+	return s.DB.Update(ctx, fn)
+}
+
+// An approval decided, and a request edited, after the sweep prepared their
+// expiries but before it wrote them: the decided one is not expired (the
+// approve stands, alone in the audit log), the edited request expires with
+// the edit kept, the untouched one expires as prepared.
+func TestSweepRechecksWhatChangedSinceItsRead(t *testing.T) {
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "bridge.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	is := &interleaving{DB: db}
+	clk := clock.NewFake(t0)
+	roomDir := directory.New(benchRooms(), nil, chat.Slack)
+	svc := requests.NewService(is, clk, "acme", nil)
+	th := threads.New(roomDir)
+	svc.AddObserver("threads", th.Observe)
+	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, TTL: time.Hour, Threads: th})
+	svc.AddObserver("approvals", appr.Observe)
+	ctx := context.Background()
+	var rs []*requests.Request
+	for i := range 3 {
+		r, err := svc.Create(ctx, requests.Ask{Agent: "coder", Room: "backend", Surface: chat.Slack,
+			User: "slack:U" + strconv.Itoa(i), Text: "deploy " + strconv.Itoa(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
+	}
+	decided, edited, untouched := rs[0], rs[1], rs[2]
+	sw, err := ttl.New(ttl.Options{Clock: clk, Parallel: 1, Batch: 3}, appr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Hour)
+	is.between = func() {
+		// The approver clicked just in time; the commit lands now.
+		clk.Set(t0.Add(30 * time.Minute))
+		if _, err := appr.Decide(ctx, decided.ID.String(), approvals.Approve, "slack:UAPPROVER", chat.Slack); err != nil {
+			t.Error(err)
+		}
+		clk.Set(t0.Add(2 * time.Hour))
+		if err := db.Update(ctx, func(tx store.Tx) error {
+			_, err := svc.UpdateTx(tx, edited.ID, "", "", "", func(r *requests.Request) { r.Activity = "edited meanwhile" })
+			return err
+		}); err != nil {
+			t.Error(err)
+		}
+	}
+	res, err := sw.SweepOnce(ctx)
+	if err != nil || res.Expired != 2 || res.Skipped != 1 {
+		t.Fatalf("sweep: %+v, %v; want 2 expired, 1 skipped", res, err)
+	}
+	get := func(id requests.ID) *requests.Request {
+		r, err := svc.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := get(decided.ID); r.State != requests.Approved {
+		t.Errorf("decided meanwhile: %s, want approved", r.State)
+	}
+	if recs, err := audit.List(ctx, db, audit.Query{RequestID: decided.ID.String()}, 0); err != nil || count(recs, "expire") != 0 || count(recs, "approve") != 1 {
+		t.Errorf("decided meanwhile: audit %+v (%v)", recs, err)
+	}
+	if r := get(edited.ID); r.State != requests.Expired || r.Activity != "edited meanwhile" {
+		t.Errorf("edited meanwhile: %s, activity %q; want expired with the edit", r.State, r.Activity)
+	}
+	if r := get(untouched.ID); r.State != requests.Expired || r.Version != untouched.Version+1 {
+		t.Errorf("untouched: %s v%d, want expired v%d", r.State, r.Version, untouched.Version+1)
 	}
 }

@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,20 +21,21 @@ import (
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/store/bolt"
+	"github.com/roombridge/roombridge/store/etcd"
+	"github.com/roombridge/roombridge/store/etcd/etcdtest"
 	"github.com/roombridge/roombridge/threads"
 	"github.com/roombridge/roombridge/ttl"
 )
 
-// fixtureBatch is how many requests one Update of the fixture creates.
-const fixtureBatch = 10_000
-
-// benchFixture is a bolt store holding `pending` pending approvals (with
-// their pending requests) that are not due, created through the real
-// CreateTx path in big batched Updates. Cards are not posted for them (as if
-// delivered long ago); the due approvals each iteration adds have cards.
+// benchFixture is a store holding `pending` pending approvals (with their
+// pending requests) that are not due, created through the real CreateTx
+// path in big batched Updates (small ones on etcd). Cards are not posted
+// for them (as if delivered long ago); the due approvals each iteration adds
+// have cards.
 type benchFixture struct {
-	dir   string
-	db    *bolt.DB
+	dir   string // bolt: the file's directory, removed at the end
+	db    store.Store
+	per   int // requests created per Update
 	clk   *clock.Fake
 	cards *requests.Service // creates requests whose approvals post cards
 	appr  *approvals.Service
@@ -40,7 +43,13 @@ type benchFixture struct {
 	made  int // due approvals made so far
 }
 
-var benchFixtures = map[int]*benchFixture{}
+// fixtureKey names a fixture: its backend and pending count.
+type fixtureKey struct {
+	backend string
+	pending int
+}
+
+var benchFixtures = map[fixtureKey]*benchFixture{}
 
 // benchStart is where the fixture's clock starts; due batches are created
 // before it, the not-due approvals after it, and sweeps run at sweepAt.
@@ -53,19 +62,42 @@ func benchRooms() []config.Room {
 	return []config.Room{{Name: "backend", SlackChannel: "C1", Agents: []string{"coder"}, Approvers: []string{"slack:UAPPROVER"}}}
 }
 
-func fixture(b *testing.B, pending int) *benchFixture {
-	if f := benchFixtures[pending]; f != nil {
-		return f
+// openBench opens the backend's store for top (the benchmark whose end
+// closes it): a bolt file in a temp dir, or an in-process etcd member
+// (etcdtest, loopback, fsync on, no fence).
+func openBench(top *testing.B, backend string) (store.Store, string, int) {
+	if backend == "etcd" {
+		cli := etcdtest.Start(top).Client(top)
+		db, err := etcd.New(cli, etcd.Options{Prefix: "/bench/store"})
+		if err != nil {
+			top.Fatal(err)
+		}
+		top.Cleanup(func() { _ = db.Close() })
+		return db, "", 4 // a creation with cards writes ~20 keys: 4 fit a Txn
 	}
-	b.Helper()
 	dir, err := os.MkdirTemp("", "approvals-bench")
 	if err != nil {
-		b.Fatal(err)
+		top.Fatal(err)
 	}
 	db, err := bolt.Open(filepath.Join(dir, "bridge.db"))
 	if err != nil {
-		b.Fatal(err)
+		top.Fatal(err)
 	}
+	top.Cleanup(func() {
+		_ = db.Close()
+		_ = os.RemoveAll(dir)
+	})
+	return db, dir, 10_000
+}
+
+func fixture(top, b *testing.B, backend string, pending int) *benchFixture {
+	key := fixtureKey{backend, pending}
+	if f := benchFixtures[key]; f != nil {
+		return f
+	}
+	b.Helper()
+	db, dir, per := openBench(top, backend)
+	top.Cleanup(func() { delete(benchFixtures, key) })
 	clk := clock.NewFake(benchStart)
 	rs := benchRooms()
 	ttlDur := 24 * time.Hour
@@ -86,24 +118,28 @@ func fixture(b *testing.B, pending int) *benchFixture {
 	if err != nil {
 		b.Fatal(err)
 	}
+	f := &benchFixture{dir: dir, db: db, per: per, clk: clk, cards: cards, appr: appr, sweep: sw}
 	start := time.Now()
-	createMany(b, db, plain, clk, benchStart, pending)
-	info, _ := os.Stat(db.Path())
-	b.Logf("fixture: %d pending approvals in %v, bolt file %d MiB", pending, time.Since(start).Round(time.Millisecond), info.Size()>>20)
-	f := &benchFixture{dir: dir, db: db, clk: clk, cards: cards, appr: appr, sweep: sw}
-	benchFixtures[pending] = f
+	f.createMany(b, plain, benchStart, pending)
+	size := ""
+	if bdb, ok := db.(*bolt.DB); ok {
+		info, _ := os.Stat(bdb.Path())
+		size = fmt.Sprintf(", bolt file %d MiB", info.Size()>>20)
+	}
+	b.Logf("fixture: %d pending approvals on %s in %v%s", pending, backend, time.Since(start).Round(time.Millisecond), size)
+	benchFixtures[key] = f
 	return f
 }
 
 // createMany creates n pending requests (and so n approvals), 1 ms apart from
-// from, in Updates of fixtureBatch.
-func createMany(b *testing.B, db store.Store, svc *requests.Service, clk *clock.Fake, from time.Time, n int) {
+// from, f.per per Update.
+func (f *benchFixture) createMany(b *testing.B, svc *requests.Service, from time.Time, n int) {
 	ctx := context.Background()
-	for done := 0; done < n; done += fixtureBatch {
-		k := min(fixtureBatch, n-done)
-		err := db.Update(ctx, func(tx store.Tx) error {
+	for done := 0; done < n; done += f.per {
+		k := min(f.per, n-done)
+		err := f.db.Update(ctx, func(tx store.Tx) error {
 			for i := 0; i < k; i++ {
-				clk.Set(from.Add(time.Duration(done+i) * time.Millisecond))
+				f.clk.Set(from.Add(time.Duration(done+i) * time.Millisecond))
 				if _, err := svc.CreateTx(tx, requests.Ask{Agent: "coder", Room: "backend", Surface: chat.Slack,
 					User: "slack:U" + strconv.Itoa(done+i), Text: "please deploy build " + strconv.Itoa(done+i)}); err != nil {
 					return err
@@ -126,63 +162,73 @@ func (f *benchFixture) addDue(b *testing.B, n int) {
 	}
 	f.made += n
 	from := sweepAt.Add(-24*time.Hour - time.Duration(f.made)*time.Millisecond)
-	createMany(b, f.db, f.cards, f.clk, from, n)
+	f.createMany(b, f.cards, from, n)
 }
 
 // BenchmarkSweep measures one sweep over `pending` not-due approvals while
-// `due` are due: each iteration adds `due` due approvals with their cards
-// (untimed), then sweeps once (timed): every expiry moves its request to
-// expired with its audit record and queues five effects (two card copies,
-// the thread's outcome, its status line), in batched transactions. The
-// 1,000,000 fixture takes about 30 s and 2.5 GB to build (once per size, in
-// the temp dir): it runs only with ROOMBRIDGE_BIG=1. best-ms/worst-ms are
-// the fastest and slowest sweep; SWEEP_PROFILE=file writes a CPU profile of
-// the timed sweeps only.
+// `due` are due, on bolt: each iteration adds `due` due approvals with their
+// cards (untimed), then sweeps once (timed): every expiry moves its request
+// to expired with its audit record and queues five effects (two card
+// copies, the thread's outcome, its status line, the retry offer), in
+// batched transactions. The 1,000,000 fixture takes about 30 s and 2.5 GB
+// to build (once per size, in the temp dir): it runs only with
+// ROOMBRIDGE_BIG=1. median-ms, best-ms and worst-ms are of the sweeps;
+// cpu-ms is the median CPU time (user and system, the whole process) one
+// sweep took, which a loaded machine inflates less than the wall time;
+// SWEEP_PROFILE=file writes a CPU profile of the last timed sweep only.
 func BenchmarkSweep(b *testing.B) {
-	b.Cleanup(func() {
-		for n, f := range benchFixtures {
-			_ = f.db.Close()
-			_ = os.RemoveAll(f.dir)
-			delete(benchFixtures, n)
-		}
-	})
-	cases := []struct{ pending, due int }{
+	cases := []sweepCase{
 		{10_000, 0}, {10_000, 1_000}, {10_000, 10_000},
 		{100_000, 0}, {100_000, 1_000}, {100_000, 10_000},
 	}
 	if os.Getenv("ROOMBRIDGE_BIG") != "" {
-		cases = append(cases, []struct{ pending, due int }{
+		cases = append(cases, []sweepCase{
 			{1_000_000, 0}, {1_000_000, 100}, {1_000_000, 1_000}, {1_000_000, 10_000}, {1_000_000, 30_000},
 		}...)
 	}
+	benchSweep(b, "bolt", cases)
+}
+
+// BenchmarkSweepEtcd is BenchmarkSweep on one in-process etcd member
+// (loopback, fsync on; its CPU counts in cpu-ms), over 10,000 pending; 10,000
+// due (about 20 s a sweep, 10 s to create them) only with ROOMBRIDGE_BIG=1.
+func BenchmarkSweepEtcd(b *testing.B) {
+	cases := []sweepCase{{10_000, 0}, {10_000, 1_000}}
+	if os.Getenv("ROOMBRIDGE_BIG") != "" {
+		cases = append(cases, sweepCase{10_000, 10_000})
+	}
+	benchSweep(b, "etcd", cases)
+}
+
+type sweepCase struct{ pending, due int }
+
+func benchSweep(top *testing.B, backend string, cases []sweepCase) {
 	for _, c := range cases {
-		b.Run(fmt.Sprintf("pending=%d/due=%d", c.pending, c.due), func(b *testing.B) {
-			f := fixture(b, c.pending)
+		top.Run(fmt.Sprintf("pending=%d/due=%d", c.pending, c.due), func(b *testing.B) {
+			f := fixture(top, b, backend, c.pending)
 			ctx := context.Background()
 			var expired int
-			best, worst := time.Duration(1<<62), time.Duration(0)
-			var prof *os.File
-			if p := os.Getenv("SWEEP_PROFILE"); p != "" {
-				prof, _ = os.Create(p)
-				defer prof.Close()
-			}
+			var took, cpu []time.Duration
+			profile := os.Getenv("SWEEP_PROFILE")
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				f.addDue(b, c.due)
 				f.clk.Set(sweepAt)
 				runtime.GC() // the setup's garbage is not the sweep's
-				if prof != nil {
+				var prof *os.File
+				if profile != "" { // each sweep overwrites it: the last one is kept
+					prof, _ = os.Create(profile)
 					_ = pprof.StartCPUProfile(prof)
 				}
 				b.StartTimer()
-				t0 := time.Now()
+				c0, t0 := cpuTime(), time.Now()
 				res, err := f.sweep.SweepOnce(ctx)
-				took := time.Since(t0)
+				took, cpu = append(took, time.Since(t0)), append(cpu, cpuTime()-c0)
 				b.StopTimer()
-				best, worst = min(best, took), max(worst, took)
 				if prof != nil {
 					pprof.StopCPUProfile()
+					_ = prof.Close()
 				}
 				b.StartTimer()
 				if err != nil {
@@ -194,8 +240,23 @@ func BenchmarkSweep(b *testing.B) {
 				expired += res.Expired
 			}
 			b.ReportMetric(float64(expired)/b.Elapsed().Seconds(), "expiries/s")
-			b.ReportMetric(float64(best.Microseconds())/1000, "best-ms")
-			b.ReportMetric(float64(worst.Microseconds())/1000, "worst-ms")
+			slices.Sort(took)
+			b.ReportMetric(ms(took[len(took)/2]), "median-ms")
+			b.ReportMetric(ms(took[0]), "best-ms")
+			b.ReportMetric(ms(took[len(took)-1]), "worst-ms")
+			slices.Sort(cpu)
+			b.ReportMetric(ms(cpu[len(cpu)/2]), "cpu-ms")
 		})
 	}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// cpuTime is the CPU time (user and system) this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

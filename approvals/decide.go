@@ -140,11 +140,7 @@ func (s *Service) decideTx(tx store.Tx, a *Approval, v Verdict, actor, surface s
 	case a.State == Pending && now.Before(a.ExpiresAt):
 	case a.State == Pending:
 		// Late: the TTL passed and the sweeper has not come by yet.
-		st, err := settle(a, Expired, ActorTTL, "", "", now)
-		if err != nil {
-			return nil, nil, err
-		}
-		expired, err := s.expireTx(tx, st)
+		expired, err := s.expireNowTx(tx, a, now)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -268,7 +264,7 @@ func (s *Service) ExpireBatch(ctx context.Context, ts []store.Timer, now time.Ti
 	pres := make([]*settlement, len(ts))
 	if err := s.store.View(ctx, func(tx store.Tx) error {
 		for i, t := range ts {
-			raws[i], pres[i] = prepareExpiry(tx, t, now)
+			raws[i], pres[i] = s.prepareExpiry(tx, t, now)
 		}
 		return nil
 	}); err != nil {
@@ -300,9 +296,10 @@ func batchName(ts []store.Timer) string {
 }
 
 // prepareExpiry reads the approval of t and, if it is pending and due,
-// prepares its expiry: the bytes read and the settlement (nil, nil when there
-// is nothing to prepare: the write transaction sees and handles it).
-func prepareExpiry(tx store.Tx, t store.Timer, now time.Time) ([]byte, *settlement) {
+// prepares its expiry: the bytes read and the settlement, with the request
+// it expires as read (nil, nil when there is nothing to prepare: the write
+// transaction sees and handles it).
+func (s *Service) prepareExpiry(tx store.Tx, t store.Timer, now time.Time) ([]byte, *settlement) {
 	b, err := tx.Get(bucketApprovals, t.ID)
 	if err != nil {
 		return nil, nil
@@ -311,9 +308,12 @@ func prepareExpiry(tx store.Tx, t store.Timer, now time.Time) ([]byte, *settleme
 	if json.Unmarshal(b, &a) != nil || a.State != Pending || now.Before(a.ExpiresAt) {
 		return nil, nil
 	}
-	st, err := settle(&a, Expired, ActorTTL, "", "", now)
+	st, err := settleExpiry(&a, now)
 	if err != nil {
 		return nil, nil
+	}
+	if a.Kind == KindRequest {
+		st.request, _ = s.svc.ReadTx(tx, a.RequestID) // none: read again in the write
 	}
 	return b, st
 }
@@ -338,7 +338,7 @@ func (s *Service) expireOneTx(tx store.Tx, t store.Timer, raw []byte, pre *settl
 		case now.Before(a.ExpiresAt):
 			return false, nil
 		}
-		if st, err = settle(a, Expired, ActorTTL, "", "", now); err != nil {
+		if st, err = settleExpiry(a, now); err != nil {
 			return false, err
 		}
 	}
@@ -348,8 +348,28 @@ func (s *Service) expireOneTx(tx store.Tx, t store.Timer, raw []byte, pre *settl
 	return true, nil
 }
 
-// expireTx applies st, the expiry of a pending approval: a request's
-// approval moves its request to expired (never a denial); an agent's
+// settleExpiry prepares pending approval a's expiry at now: its settlement
+// and, for a request's approval, the retry offer.
+func settleExpiry(a *Approval, now time.Time) (*settlement, error) {
+	st, err := settle(a, Expired, ActorTTL, "", "", now)
+	if err != nil || a.Kind != KindRequest {
+		return st, err
+	}
+	st.retry, err = prepareRetry(st.after)
+	return st, err
+}
+
+// expireNowTx expires pending approval a at now (due: its TTL passed).
+func (s *Service) expireNowTx(tx store.Tx, a *Approval, now time.Time) (*Approval, error) {
+	st, err := settleExpiry(a, now)
+	if err != nil {
+		return nil, err
+	}
+	return s.expireTx(tx, st)
+}
+
+// expireTx applies st (settleExpiry), the expiry of a pending approval: a
+// request's approval moves its request to expired (never a denial); an agent's
 // permission is answered "not approved: expired", its question "no answer:
 // expired" (never an answer). Audited as system:ttl; every card copy
 // updated.
@@ -362,10 +382,10 @@ func (s *Service) expireTx(tx store.Tx, st *settlement) (*Approval, error) {
 	detail := fmt.Sprintf("approval %s: nobody decided within %s", a.ID, Duration(a.TTL))
 	if a.Kind == KindRequest {
 		reason := "not approved within " + Duration(a.TTL)
-		_, err := s.svc.ApplyTx(tx, a.RequestID, requests.Change{Event: requests.Expire, Actor: ActorTTL,
+		_, err := s.svc.ApplyReadTx(tx, a.RequestID, st.request, requests.Change{Event: requests.Expire, Actor: ActorTTL,
 			Detail: detail, Mutate: func(r *requests.Request) { r.Reason = reason }})
 		if err == nil {
-			err = offerRetryTx(tx, after)
+			err = enqueueTx(tx, st.retry)
 		}
 		if !errors.Is(err, requests.ErrIllegalTransition) {
 			return after, err // expired with its request (the request's record is the audit record)
@@ -388,17 +408,20 @@ func (s *Service) expireTx(tx store.Tx, st *settlement) (*Approval, error) {
 	})
 }
 
-// offerRetryTx posts RetryOffer in the asking request's thread, under the
-// expired card's copy there (none: no thread, no offer).
-func offerRetryTx(tx store.Tx, a *Approval) error {
+// prepareRetry prepares RetryOffer's post in the asking request's thread,
+// under the expired card's copy there (none: no thread, no offer).
+func prepareRetry(a *Approval) ([]threads.Prepared, error) {
+	var ps []threads.Prepared
 	for _, c := range a.Copies {
 		if c.Ref != "approval/"+a.ID+"/thread" {
 			continue
 		}
-		if err := threads.Enqueue(tx, threads.Effect{Op: threads.OpReply, Request: c.Request, Surface: c.Surface,
-			Save: "approval/" + a.ID + "/retry", Message: RetryOffer(a)}); err != nil {
-			return err
+		p, err := threads.Prepare(threads.Effect{Op: threads.OpReply, Request: c.Request, Surface: c.Surface,
+			Save: "approval/" + a.ID + "/retry", Message: RetryOffer(a)})
+		if err != nil {
+			return nil, err
 		}
+		ps = append(ps, p)
 	}
-	return nil
+	return ps, nil
 }

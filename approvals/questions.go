@@ -217,11 +217,7 @@ func (s *Service) answerTx(tx store.Tx, a *Approval, text, actor, surface string
 	case a.State == Pending && now.Before(a.ExpiresAt):
 	case a.State == Pending:
 		// Late: the TTL passed and the sweeper has not come by yet.
-		st, err := settle(a, Expired, ActorTTL, "", "", now)
-		if err != nil {
-			return nil, nil, err
-		}
-		expired, err := s.expireTx(tx, st)
+		expired, err := s.expireNowTx(tx, a, now)
 		if err != nil {
 			return nil, nil, err
 		}

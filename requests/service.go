@@ -1,6 +1,7 @@
 package requests
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -260,15 +261,42 @@ func (s *Service) Get(ctx context.Context, id ID) (*Request, error) {
 
 // GetTx is Get inside the caller's transaction.
 func (s *Service) GetTx(tx store.Tx, id ID) (*Request, error) {
-	var r Request
-	err := store.GetJSON(tx, bucketRequests, s.key(id), &r)
+	rd, err := s.ReadTx(tx, id)
+	return rd.r, err
+}
+
+// Read is a request as one transaction read it (ReadTx), for a later
+// transaction's ApplyReadTx: the sweeper reads and decodes outside the
+// store's single writer, which then decodes again only what changed.
+type Read struct {
+	raw []byte
+	r   *Request
+}
+
+// ReadTx reads request id, for ApplyReadTx.
+func (s *Service) ReadTx(tx store.Tx, id ID) (Read, error) {
+	return s.readTx(tx, id, Read{})
+}
+
+// readTx reads request id, reusing hint's decoded request if the stored
+// bytes are still the ones hint was decoded from.
+func (s *Service) readTx(tx store.Tx, id ID, hint Read) (Read, error) {
+	b, err := tx.Get(bucketRequests, s.key(id))
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("%w %s", ErrUnknown, id)
+		return Read{}, fmt.Errorf("%w %s", ErrUnknown, id)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("requests: get %s: %w", id, err)
+		return Read{}, fmt.Errorf("requests: get %s: %w", id, err)
 	}
-	return &r, nil
+	if hint.r != nil && hint.r.ID == id && bytes.Equal(b, hint.raw) {
+		r := *hint.r // a copy: a transaction may run again
+		return Read{raw: b, r: &r}, nil
+	}
+	var r Request
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Read{}, fmt.Errorf("requests: get %s: store: decode %s/%s: %w", id, bucketRequests, s.key(id), err)
+	}
+	return Read{raw: b, r: &r}, nil
 }
 
 // Change is one transition to apply.
@@ -297,10 +325,18 @@ func (s *Service) Apply(ctx context.Context, id ID, c Change) (*Request, error) 
 
 // ApplyTx is Apply inside the caller's transaction.
 func (s *Service) ApplyTx(tx store.Tx, id ID, c Change) (*Request, error) {
-	before, err := s.GetTx(tx, id)
+	return s.ApplyReadTx(tx, id, Read{}, c)
+}
+
+// ApplyReadTx is ApplyTx given hint, request id as an earlier transaction
+// read it (ReadTx; zero: none): the request is decoded again only if it
+// changed since.
+func (s *Service) ApplyReadTx(tx store.Tx, id ID, hint Read, c Change) (*Request, error) {
+	rd, err := s.readTx(tx, id, hint)
 	if err != nil {
 		return nil, err
 	}
+	before := rd.r
 	next, err := Next(before.State, c.Event)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", id, err)

@@ -125,20 +125,42 @@ func (t *Threads) Reply(tx store.Tx, r *requests.Request, m chat.Message) error 
 // Enqueue puts e in the outbox. Effects of one request on one surface are
 // delivered in order; parent updates of one request coalesce.
 func Enqueue(tx store.Tx, e Effect) error {
+	p, err := Prepare(e)
+	if err != nil {
+		return err
+	}
+	return p.EnqueueTx(tx)
+}
+
+// Prepared is an effect encoded ahead of the transaction that enqueues it
+// (Prepare), so that the store's writer does not spend its time encoding
+// (the sweeper prepares its expiries outside the write transaction).
+type Prepared struct {
+	queue, coalesce string
+	payload         []byte
+}
+
+// Prepare encodes e for EnqueueTx, as Enqueue does.
+func Prepare(e Effect) (Prepared, error) {
 	if e.Message.IdempotencyKey == "" && e.Save != "" {
 		e.Message.IdempotencyKey = e.Surface + "/" + e.Save
 	}
 	payload, err := json.Marshal(e)
 	if err != nil {
-		return fmt.Errorf("threads: enqueue: %w", err)
+		return Prepared{}, fmt.Errorf("threads: enqueue: %w", err)
 	}
+	p := Prepared{queue: e.Surface + "/" + e.Request, payload: payload}
+	if e.Op == OpUpdate {
+		p.coalesce = e.Surface + "/" + e.Ref
+	}
+	return p, nil
+}
+
+// EnqueueTx appends the prepared effect to the outbox.
+func (p Prepared) EnqueueTx(tx store.Tx) error {
 	// Created is wall time (not a clock.Clock: Enqueue has none), for the
 	// delivery latency metric only.
-	se := &store.Effect{Queue: e.Surface + "/" + e.Request, Payload: payload, Created: time.Now().UTC()}
-	if e.Op == OpUpdate {
-		se.Coalesce = e.Surface + "/" + e.Ref
-	}
-	return store.Enqueue(tx, se)
+	return store.Enqueue(tx, &store.Effect{Queue: p.queue, Coalesce: p.coalesce, Payload: p.payload, Created: time.Now().UTC()})
 }
 
 // ThreadRef returns the recorded thread of request id on surface.

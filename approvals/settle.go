@@ -1,0 +1,99 @@
+package approvals
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/store"
+	"github.com/roombridge/roombridge/threads"
+)
+
+// updateCardsTx puts card m in place of every posted copy of a's card.
+func updateCardsTx(tx store.Tx, a *Approval, m chat.Message) error {
+	ps, err := prepareCards(a, m)
+	if err != nil {
+		return err
+	}
+	return enqueueTx(tx, ps)
+}
+
+// prepareCards encodes, for updateCardsTx, card m's update of each copy.
+func prepareCards(a *Approval, m chat.Message) ([]threads.Prepared, error) {
+	ps := make([]threads.Prepared, 0, len(a.Copies))
+	for _, c := range a.Copies {
+		p, err := threads.Prepare(threads.Effect{Op: threads.OpUpdate, Request: c.Request,
+			Surface: c.Surface, Ref: c.Ref, Message: m})
+		if err != nil {
+			return nil, err
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
+}
+
+// enqueueTx enqueues prepared effects in order.
+func enqueueTx(tx store.Tx, ps []threads.Prepared) error {
+	for _, p := range ps {
+		if err := p.EnqueueTx(tx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settlement is a pending approval's move to a final state. It is a pure
+// function of the approval and the move, so the sweeper prepares it outside
+// the write transaction (off the store's single writer): everything it
+// writes is encoded already.
+type settlement struct {
+	before, after *Approval
+	encoded       []byte             // after, as stored
+	cards         []threads.Prepared // after's card, on each copy
+	retry         []threads.Prepared // an expired request's retry offer (settleExpiry)
+	request       requests.Read      // the request an expiry expires, as read when prepared (zero: none)
+}
+
+// settle prepares a's move to state to; reason is why it was withdrawn, or
+// a question's answer when to is Answered.
+func settle(a *Approval, to State, by, surface, reason string, now time.Time) (*settlement, error) {
+	after := *a
+	after.State, after.DecidedBy, after.Surface, after.DecidedAt = to, by, surface, now
+	if to == Answered {
+		after.Answer = reason
+	} else {
+		after.Reason = reason
+	}
+	after.Version++
+	enc, err := json.Marshal(&after)
+	if err != nil {
+		return nil, fmt.Errorf("approvals: encode %s: %w", a.ID, err)
+	}
+	cards, err := prepareCards(&after, Card(&after))
+	if err != nil {
+		return nil, err
+	}
+	return &settlement{before: a, after: &after, encoded: enc, cards: cards}, nil
+}
+
+// applyTx writes the settlement, with every copy of the card updated.
+func (st *settlement) applyTx(tx store.Tx) (*Approval, error) {
+	if err := putTx(tx, st.before, st.after, st.encoded); err != nil {
+		return nil, err
+	}
+	if err := enqueueTx(tx, st.cards); err != nil {
+		return nil, err
+	}
+	return st.after, nil
+}
+
+// settleTx moves a pending approval to its final state, with its cards.
+func settleTx(tx store.Tx, a *Approval, to State, by, surface, reason string, now time.Time) (*Approval, error) {
+	st, err := settle(a, to, by, surface, reason, now)
+	if err != nil {
+		return nil, err
+	}
+	return st.applyTx(tx)
+}

@@ -1,0 +1,28 @@
+package store
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+)
+
+// An effect is stored exactly as json.Marshal encodes it (its payload,
+// compact already, as it is): same bytes, whatever its strings and times.
+func TestAppendEffectIsJSONMarshal(t *testing.T) {
+	at := time.Date(2026, 12, 1, 11, 30, 5, 123456789, time.FixedZone("x", 5*3600+1800))
+	for _, e := range []Effect{
+		{},
+		{Seq: 1, Queue: "slack/R20261201-01", Payload: json.RawMessage(`{"op":"reply","message":{"text":"hé \u003c\u0026"}}`), Created: at.UTC()},
+		{Seq: 1<<64 - 1, Queue: `q "quoted" \ back`, Coalesce: "slack/parent/R-1", Payload: json.RawMessage(`"x"`),
+			Attempts: 7, NotBefore: at, LastError: "slack: chat.update: <ratelimited> & \x01 \u2028 é \xff", Created: at},
+		{Queue: "日本", Attempts: -1, LastError: "\x7f", Created: time.Unix(0, 1)},
+	} {
+		want, err := json.Marshal(&e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendEffect(nil, &e); string(got) != string(want) {
+			t.Errorf("appendEffect:\n got %s\nwant %s", got, want)
+		}
+	}
+}
