@@ -64,6 +64,15 @@ func (c *Config) validateLimits() error {
 	return nil
 }
 
+// Scheme is how the API port is reached: https with http.tls_cert_file
+// (validated: with its key), else http.
+func (h HTTP) Scheme() string {
+	if h.TLSCertFile != "" {
+		return "https"
+	}
+	return "http"
+}
+
 // Certificate returns the API port's TLS certificate from
 // http.tls_cert_file and http.tls_key_file (nil, nil when neither is set:
 // the port serves plaintext). Both must be set, the files readable, the key

@@ -294,9 +294,8 @@ func (b *Bridge) scheduler() error {
 	b.sched.Tools = b.tools
 	if b.opts.APIAddr != "" {
 		b.sched.MCPURL = mcptools.URL(b.opts.APIAddr)
-		if b.cert != nil { // the agents on this host reach /mcp over TLS too
-			b.sched.MCPURL = "https://" + strings.TrimPrefix(b.sched.MCPURL, "http://")
-		}
+		// the agents on this host reach /mcp over TLS too, with http.tls_*
+		b.sched.MCPURL = strings.Replace(b.sched.MCPURL, "http://", b.opts.Config.HTTP.Scheme()+"://", 1)
 	}
 	return nil
 }
@@ -370,12 +369,7 @@ func (b *Bridge) ServerOptions() httpapi.ServerOptions {
 
 // URL is the base URL of the HTTP API: https with http.tls_cert_file,
 // else http, and Options.APIAddr.
-func (b *Bridge) URL() string {
-	if b.cert != nil {
-		return "https://" + b.opts.APIAddr
-	}
-	return "http://" + b.opts.APIAddr
-}
+func (b *Bridge) URL() string { return b.opts.Config.HTTP.Scheme() + "://" + b.opts.APIAddr }
 
 // Handler serves the HTTP API (and webhooks, and /mcp); once a graceful
 // stop has begun it refuses new work.

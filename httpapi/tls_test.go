@@ -1,14 +1,18 @@
 package httpapi_test
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/core/coretest"
+	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/internal/tlstest"
 )
 
@@ -61,5 +65,48 @@ func TestAPIOverTLS(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "HTTPS") {
 		t.Fatalf("plaintext to the TLS port: HTTP %d %q; want 400 naming HTTPS", resp.StatusCode, b)
+	}
+}
+
+// TestLocalURLsFollowTLS: with TLS on the API port, an agent the bridge
+// runs itself is given the agent tools' URL as https (the port speaks
+// nothing else), and the web room's fallback URL is https too.
+func TestLocalURLsFollowTLS(t *testing.T) {
+	dir := t.TempDir()
+	f := tlstest.Write(t, dir)
+	b := coretest.Start(t, coretest.Options{Dir: dir, Surfaces: []string{chat.Console}, HoldOutbox: true, Config: fmt.Sprintf(`
+owner: acme
+owners: [console:you]
+data_dir: %%DIR%%
+http: {tls_cert_file: %q, tls_key_file: %q}
+web: {enabled: true}
+rooms:
+  - {name: main, console: true, agents: [coder]}
+agents:
+  coder: {kind: exec, command: [sh, -c, 'read turn; echo "{\"type\":\"final\",\"text\":\"$ROOMBRIDGE_MCP_URL\"}"']}
+`, f.Cert, f.Key)})
+	if got := b.Web().URL(); got != b.URL || !strings.HasPrefix(got, "https://") {
+		t.Fatalf("web room URL %q, want the API's https URL %q", got, b.URL)
+	}
+	ctx := context.Background()
+	r, err := b.Requests().Create(ctx, requests.Ask{Agent: "coder", Room: "main", Surface: chat.Console, User: "console:you", Text: "go"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		got, err := b.Requests().Get(ctx, r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State == requests.Done {
+			if got.Result != b.URL+"/mcp" {
+				t.Fatalf("the agent was given the tools at %q, want %q", got.Result, b.URL+"/mcp")
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("request %s is %s, want done", r.ID, got.State)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

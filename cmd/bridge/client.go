@@ -54,10 +54,7 @@ func apiFlags(fs *flag.FlagSet) func() (*client, error) {
 			if b, err := os.ReadFile(filepath.Join(cfg.DataDir, addrFile)); err == nil {
 				addr = strings.TrimSpace(string(b))
 			}
-			base = "http://" + addr
-			if cfg.HTTP.TLSCertFile != "" {
-				base = "https://" + addr
-			}
+			base = cfg.HTTP.Scheme() + "://" + addr
 		}
 		if tr == nil && cfg.HTTP.TLSCertFile != "" {
 			if tr, err = trustServer(cfg.HTTP.TLSCertFile); err != nil {
