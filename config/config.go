@@ -46,6 +46,9 @@ type HTTP struct {
 	WriteTimeout      time.Duration `yaml:"write_timeout"`
 	IdleTimeout       time.Duration `yaml:"idle_timeout"`
 	MaxConnsPerClient int           `yaml:"max_conns_per_client"`
+	// TLS of the API port (both or neither): config/server.go.
+	TLSCertFile string `yaml:"tls_cert_file"`
+	TLSKeyFile  string `yaml:"tls_key_file"`
 }
 
 // Slack is the Slack connector.
@@ -291,6 +294,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.validateLimits(); err != nil {
+		return err
+	}
+	if _, err := c.HTTP.Certificate(); err != nil {
 		return err
 	}
 	if err := c.validateRunners(); err != nil {

@@ -1,6 +1,10 @@
 package config
 
-import "time"
+import (
+	"crypto/tls"
+	"os"
+	"time"
+)
 
 // Limits of the HTTP server and of the request queues, with their defaults
 // (docs/security.md lists them with their keys). A zero value means the
@@ -58,4 +62,46 @@ func (c *Config) validateLimits() error {
 		}
 	}
 	return nil
+}
+
+// Scheme is how the API port is reached: https with http.tls_cert_file
+// (validated: with its key), else http.
+func (h HTTP) Scheme() string {
+	if h.TLSCertFile != "" {
+		return "https"
+	}
+	return "http"
+}
+
+// Certificate returns the API port's TLS certificate from
+// http.tls_cert_file and http.tls_key_file (nil, nil when neither is set:
+// the port serves plaintext). Both must be set, the files readable, the key
+// file private (mode 0600 or stricter, like every secret file) and the pair
+// must match; errors name the key. The files are read once: a renewed
+// certificate is served after a restart.
+func (h HTTP) Certificate() (*tls.Certificate, error) {
+	switch {
+	case h.TLSCertFile == "" && h.TLSKeyFile == "":
+		return nil, nil
+	case h.TLSKeyFile == "":
+		return nil, keyErr("http.tls_key_file", "required with http.tls_cert_file (set both or neither)")
+	case h.TLSCertFile == "":
+		return nil, keyErr("http.tls_cert_file", "required with http.tls_key_file (set both or neither)")
+	}
+	certPEM, err := os.ReadFile(h.TLSCertFile)
+	if err != nil {
+		return nil, keyErr("http.tls_cert_file", "%v", err)
+	}
+	if err := checkSecretFile(h.TLSKeyFile); err != nil {
+		return nil, keyErr("http.tls_key_file", "%v", err)
+	}
+	keyPEM, err := os.ReadFile(h.TLSKeyFile)
+	if err != nil {
+		return nil, keyErr("http.tls_key_file", "%v", err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, keyErr("http.tls_cert_file", "with http.tls_key_file: %v", err)
+	}
+	return &cert, nil
 }

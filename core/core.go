@@ -8,11 +8,13 @@ package core
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/roombridge/roombridge/agents"
@@ -112,6 +114,7 @@ type Bridge struct {
 	api      *httpapi.Server
 	web      *web.Server // nil unless web.enabled
 	handler  http.Handler
+	cert     *tls.Certificate // the API port's (nil: plaintext)
 	stop     *stopping
 	intake   []job
 	surfaces []string
@@ -140,6 +143,11 @@ func New(ctx context.Context, o Options) (*Bridge, error) {
 	}
 	cfg := o.Config
 	b := &Bridge{opts: o, log: o.Log, surfaces: o.Surfaces, stop: newStopping(cfg.Shutdown.Grace, o.Log)}
+	cert, err := cfg.HTTP.Certificate()
+	if err != nil {
+		return nil, err
+	}
+	b.cert = cert
 	if b.surfaces == nil {
 		for _, c := range o.Connectors {
 			b.surfaces = append(b.surfaces, c.Surface())
@@ -197,7 +205,7 @@ func (b *Bridge) services(ctx context.Context) error {
 	b.router.OnInbound = met.Inbound
 	if cfg.Web.Enabled { // the web room: its observer runs last, its "web" command signs people in
 		b.web = web.New(web.Options{Requests: b.svc, Approvals: b.appr, Rooms: b.rooms, Actions: b.router, Tasks: b.del,
-			Token: b.opts.APIToken, PublicURL: cfg.Web.PublicURL, Addr: b.opts.APIAddr, Log: log})
+			Token: b.opts.APIToken, PublicURL: cfg.Web.PublicURL, Addr: b.opts.APIAddr, TLS: b.cert != nil, Log: log})
 		b.svc.AddObserver("web", b.web.Observe)
 		b.router.SignIn = b.web.SignInLink
 		b.appr.OnRevoke(b.web.EndSessions)
@@ -286,6 +294,8 @@ func (b *Bridge) scheduler() error {
 	b.sched.Tools = b.tools
 	if b.opts.APIAddr != "" {
 		b.sched.MCPURL = mcptools.URL(b.opts.APIAddr)
+		// the agents on this host reach /mcp over TLS too, with http.tls_*
+		b.sched.MCPURL = strings.Replace(b.sched.MCPURL, "http://", b.opts.Config.HTTP.Scheme()+"://", 1)
 	}
 	return nil
 }
@@ -354,8 +364,12 @@ func (b *Bridge) http() {
 func (b *Bridge) ServerOptions() httpapi.ServerOptions {
 	read, write, idle := b.opts.Config.HTTP.Timeouts()
 	return httpapi.ServerOptions{ReadTimeout: read, WriteTimeout: write, IdleTimeout: idle,
-		MaxConnsPerClient: b.opts.Config.HTTP.ConnsPerClient(), Log: b.log}
+		MaxConnsPerClient: b.opts.Config.HTTP.ConnsPerClient(), TLS: b.cert, Log: b.log}
 }
+
+// URL is the base URL of the HTTP API: https with http.tls_cert_file,
+// else http, and Options.APIAddr.
+func (b *Bridge) URL() string { return b.opts.Config.HTTP.Scheme() + "://" + b.opts.APIAddr }
 
 // Handler serves the HTTP API (and webhooks, and /mcp); once a graceful
 // stop has begun it refuses new work.

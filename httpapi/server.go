@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"net/http"
@@ -27,25 +28,40 @@ type ServerOptions struct {
 	// MaxConnsPerClient caps the open connections of one client address
 	// (http.max_conns_per_client); the ones over it are closed at once.
 	MaxConnsPerClient int
-	Log               *slog.Logger
+	// TLS is the port's certificate (http.tls_cert_file, http.tls_key_file);
+	// nil: plaintext.
+	TLS *tls.Certificate
+	Log *slog.Logger
 }
 
 // NewServer returns the HTTP server of handler with o's timeouts, and ln
-// wrapped to cap connections per client address: serve with
-// srv.Serve(ln). The daemon and core/coretest both build theirs here.
+// wrapped to cap connections per client address and, with o.TLS, to speak
+// TLS: serve with srv.Serve(ln). This is the one place that decides how the
+// API port serves; the daemon and core/coretest both build theirs here.
+//
+// Either way the port speaks HTTP/1.1 and HTTP/2 (the runners' gRPC
+// streams): with TLS, HTTP/2 is negotiated by ALPN ("h2", then
+// "http/1.1"); without, HTTP/2 comes unencrypted (h2c).
 func NewServer(handler http.Handler, ln net.Listener, o ServerOptions) (*http.Server, net.Listener) {
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: ReadHeaderTimeout, ReadTimeout: o.ReadTimeout,
 		WriteTimeout: o.WriteTimeout, IdleTimeout: o.IdleTimeout}
-	// HTTP/1.1, and HTTP/2 without TLS on this plaintext listener: the
-	// runners speak gRPC to the API (TLS is terminated in front of it).
 	srv.Protocols = new(http.Protocols)
 	srv.Protocols.SetHTTP1(true)
-	srv.Protocols.SetUnencryptedHTTP2(true)
+	if o.TLS != nil {
+		srv.Protocols.SetHTTP2(true)
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*o.TLS}, MinVersion: tls.VersionTLS12,
+			NextProtos: []string{"h2", "http/1.1"}}
+	} else {
+		srv.Protocols.SetUnencryptedHTTP2(true)
+	}
 	if o.Log != nil {
 		srv.ErrorLog = slog.NewLogLogger(o.Log.Handler(), slog.LevelWarn)
 	}
-	if o.MaxConnsPerClient > 0 {
+	if o.MaxConnsPerClient > 0 { // counted on TCP: one over the cap is closed before its handshake
 		ln = &perClient{Listener: ln, max: o.MaxConnsPerClient, open: map[string]int{}, log: o.Log}
+	}
+	if srv.TLSConfig != nil {
+		ln = tls.NewListener(ln, srv.TLSConfig)
 	}
 	return srv, ln
 }

@@ -41,9 +41,16 @@ func startBridge(t *testing.T) *coretest.Bridge {
 // gives Run's error.
 func runner(t *testing.T, b *coretest.Bridge, name, token string) <-chan error {
 	t.Helper()
-	r, err := runners.NewRunner(runners.RunnerOptions{Name: name, URLs: []string{b.URL}, Token: token,
-		Agents: map[string]agents.Runtime{"coder": &process.Runtime{Kind: process.Exec, Command: []string{"sh", "-c", agentScript}}},
-		Retry:  20 * time.Millisecond})
+	return startRunner(t, runners.RunnerOptions{Name: name, URLs: []string{b.URL}, Token: token})
+}
+
+// startRunner runs a runner of o whose agent coder runs agentScript; the
+// returned channel gives Run's error.
+func startRunner(t *testing.T, o runners.RunnerOptions) <-chan error {
+	t.Helper()
+	o.Agents = map[string]agents.Runtime{"coder": &process.Runtime{Kind: process.Exec, Command: []string{"sh", "-c", agentScript}}}
+	o.Retry = 20 * time.Millisecond
+	r, err := runners.NewRunner(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +90,14 @@ func TestTurnRunsOnRunner(t *testing.T) {
 	}
 	runner(t, b, "laptop", tok)
 	waitConnected(t, b, "laptop")
+	askCoder(t, b)
+}
+
+// askCoder asks coder in main and waits until the runner agent's answer,
+// with its session, is the request's result.
+func askCoder(t *testing.T, b *coretest.Bridge) {
+	t.Helper()
+	ctx := context.Background()
 	r, err := b.Requests().Create(ctx, requests.Ask{Agent: "coder", Room: "main", Surface: chat.Console, User: "console:you", Text: "go"})
 	if err != nil {
 		t.Fatal(err)

@@ -71,10 +71,13 @@ type Options struct {
 	// Token is the API token (its holders may sign in as admin).
 	Token string
 	// PublicURL is where people reach the web room ("": BaseURL's fallback
-	// is http://Addr).
+	// is http://Addr, or https://Addr with TLS).
 	PublicURL string
 	Addr      string
-	Log       *slog.Logger
+	// TLS: the API port serves TLS (http.tls_cert_file): the fallback URL
+	// is https and cookies are Secure.
+	TLS bool
+	Log *slog.Logger
 }
 
 // Server serves the web room.
@@ -90,6 +93,7 @@ type Server struct {
 	token  string
 	public string
 	addr   string
+	tls    bool
 	secure bool
 	log    *slog.Logger
 	tmpl   *template.Template
@@ -108,7 +112,7 @@ func New(o Options) *Server {
 	}
 	s := &Server{svc: o.Requests, appr: o.Approvals, rooms: o.Rooms, act: o.Actions, tasks: o.Tasks,
 		store: o.Requests.Store(), clock: o.Requests.Clock(), token: o.Token, public: o.PublicURL, addr: o.Addr,
-		secure: strings.HasPrefix(o.PublicURL, "https://"), log: o.Log, mux: http.NewServeMux(),
+		secure: strings.HasPrefix(o.PublicURL, "https://") || (o.PublicURL == "" && o.TLS), tls: o.TLS, log: o.Log, mux: http.NewServeMux(),
 		recent: 10 * time.Second, closing: make(chan struct{})}
 	s.tmpl = template.Must(template.New("").Funcs(funcs(s)).ParseFS(templateFS, "templates/*.html"))
 	static, _ := fs.Sub(staticFS, "static")
@@ -125,6 +129,9 @@ func (s *Server) SetLive(w Watcher) { s.live = w }
 func (s *Server) base() string {
 	if s.public != "" {
 		return s.public
+	}
+	if s.tls {
+		return "https://" + s.addr
 	}
 	return "http://" + s.addr
 }

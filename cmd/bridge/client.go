@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -46,16 +48,37 @@ func apiFlags(fs *flag.FlagSet) func() (*client, error) {
 		if err != nil {
 			return nil, err
 		}
-		base := *api
+		base, tr := *api, apiTransport
 		if base == "" {
 			addr := cfg.HTTP.Addr
 			if b, err := os.ReadFile(filepath.Join(cfg.DataDir, addrFile)); err == nil {
 				addr = strings.TrimSpace(string(b))
 			}
-			base = "http://" + addr
+			base = cfg.HTTP.Scheme() + "://" + addr
 		}
-		return &client{base: strings.TrimSuffix(base, "/"), token: tok, http: &http.Client{Transport: apiTransport}}, nil
+		if tr == nil && cfg.HTTP.TLSCertFile != "" {
+			if tr, err = trustServer(cfg.HTTP.TLSCertFile); err != nil {
+				return nil, err
+			}
+		}
+		return &client{base: strings.TrimSuffix(base, "/"), token: tok, http: &http.Client{Transport: tr}}, nil
 	}
+}
+
+// trustServer is the CLI's transport to a daemon that serves TLS with the
+// certificate in certFile (http.tls_cert_file): it trusts the system's roots
+// and that certificate itself, so a self-signed one works too.
+func trustServer(certFile string) (http.RoundTripper, error) {
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if pool, err = addPEM(pool, "http.tls_cert_file", certFile); err != nil {
+		return nil, err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return tr, nil
 }
 
 func apiTokenForClient(token, file string) (string, error) {

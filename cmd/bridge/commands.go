@@ -176,7 +176,7 @@ func describeConfig(out io.Writer, c *config.Config) {
 	if c.Console != nil {
 		surfaces = append(surfaces, "console (as console:"+c.Console.User+")")
 	}
-	surfaces = append(surfaces, "api (http://"+c.HTTP.Addr+", token "+orDefault(c.HTTP.APITokenFile, "inline")+")")
+	surfaces = append(surfaces, "api ("+c.HTTP.Scheme()+"://"+c.HTTP.Addr+", token "+orDefault(c.HTTP.APITokenFile, "inline")+")")
 	fmt.Fprintf(out, "surfaces: %s\n", strings.Join(surfaces, ", "))
 	fmt.Fprintf(out, "owners (asks run without approval): %s\n", orDefault(strings.Join(c.Owners, ", "), "none"))
 	for _, r := range c.Rooms {

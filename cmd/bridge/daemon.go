@@ -109,7 +109,7 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	log.Info("bridge started", "api", "http://"+addr, "data_dir", cfg.DataDir, "store", be.desc,
+	log.Info("bridge started", "api", b.URL(), "data_dir", cfg.DataDir, "store", be.desc,
 		"agents", b.AgentCount(), "surfaces", strings.Join(b.Surfaces(), ","))
 	if w := b.Web(); w != nil {
 		log.Info("web room", "url", w.URL())

@@ -157,13 +157,20 @@ func (p *proc) api(dataDir string) (string, string) {
 // ok is false if it exited before it listened.
 func (p *proc) tryAPI(dataDir string) (base, token string, ok bool) {
 	p.t.Helper()
+	return p.tryAPIVia(dataDir, "http", http.DefaultClient)
+}
+
+// tryAPIVia is tryAPI for a daemon serving scheme (http, https) with the
+// API client hc.
+func (p *proc) tryAPIVia(dataDir, scheme string, hc *http.Client) (base, token string, ok bool) {
+	p.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		addr, err1 := os.ReadFile(filepath.Join(dataDir, "http.addr"))
 		tok, err2 := os.ReadFile(filepath.Join(dataDir, "api.token"))
 		if err1 == nil && err2 == nil {
-			base := "http://" + strings.TrimSpace(string(addr))
-			if resp, err := http.Get(base + "/healthz"); err == nil {
+			base := scheme + "://" + strings.TrimSpace(string(addr))
+			if resp, err := hc.Get(base + "/healthz"); err == nil {
 				resp.Body.Close()
 				return base, strings.TrimSpace(string(tok)), true
 			}
@@ -190,6 +197,11 @@ func call(t *testing.T, method, url, token string, body any, v any) int {
 
 // apiCall is call that returns transport errors (for a daemon being killed).
 func apiCall(method, url, token string, body any, v any) (int, error) {
+	return apiCallVia(http.DefaultClient, method, url, token, body, v)
+}
+
+// apiCallVia is apiCall with the client hc.
+func apiCallVia(hc *http.Client, method, url, token string, body any, v any) (int, error) {
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -202,7 +214,7 @@ func apiCall(method, url, token string, body any, v any) (int, error) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return 0, err
 	}

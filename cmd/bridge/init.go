@@ -167,6 +167,9 @@ data_dir: {data_dir}
 http:
   addr: 127.0.0.1:8420
   api_token_file: {token}
+  # TLS on this port (runners on other machines connect with https://):
+  # tls_cert_file: /etc/roombridge/tls/bridge.pem
+  # tls_key_file: /etc/roombridge/tls/bridge.key   # mode 0600
 
 # The terminal room: who types there.
 console:

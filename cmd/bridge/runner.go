@@ -40,13 +40,9 @@ func runnerCmd(ctx context.Context, args []string) error {
 	}
 	var tlsCfg *tls.Config
 	if f.Runner.CAFile != "" {
-		pem, err := os.ReadFile(f.Runner.CAFile)
+		pool, err := addPEM(x509.NewCertPool(), "runner.ca_file", f.Runner.CAFile)
 		if err != nil {
-			return fmt.Errorf("runner.ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("runner.ca_file: no certificate in %s", f.Runner.CAFile)
+			return err
 		}
 		tlsCfg = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
@@ -141,4 +137,16 @@ func printRunners(out io.Writer, st []runners.Status) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", s.Name, state, strings.Join(s.Agents, ","), s.Turns, last)
 	}
 	_ = tw.Flush()
+}
+
+// addPEM adds the certificates of file to pool; errors name key.
+func addPEM(pool *x509.CertPool, key, file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no certificate in %s", key, file)
+	}
+	return pool, nil
 }

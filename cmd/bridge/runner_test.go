@@ -26,31 +26,9 @@ func runnerSetup(t *testing.T, script string) (bridge, runner *proc, base, token
 func runnerVia(t *testing.T, script, grace string, via func(base string) string) (bridge, runner *proc, base, token string) {
 	t.Helper()
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "bridge.yaml")
-	writeFile(t, cfg, fmt.Sprintf(`owner: acme
-owners: [console:alice]
-data_dir: %s
-http: {addr: "127.0.0.1:0"}
-console: {user: alice}
-rooms:
-  - {name: main, console: true, agents: [coder]}
-agents:
-  coder: {kind: runner, runner: laptop}
-runners: {grace: %s, heartbeat: 200ms}
-`, filepath.Join(dir, "data"), grace))
-	bridge = startBridge(t, dir, nil, "run", "--config", cfg)
+	bridge, rdir := runnerBridge(t, dir, grace, "")
 	base, token = bridge.api(filepath.Join(dir, "data"))
-	out, errOut, code := runCLI(t, dir, "runners", "add", "--config", cfg, "laptop")
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if code != 0 || !strings.HasPrefix(lines[len(lines)-1], "rnr_") {
-		t.Fatalf("runners add: %d %q %q", code, out, errOut)
-	}
-	rdir := filepath.Join(dir, "laptop")
-	if err := os.MkdirAll(rdir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, filepath.Join(rdir, "token"), lines[len(lines)-1]+"\n")
-	writeFile(t, filepath.Join(rdir, "agent.sh"), script)
+	addRunner(t, dir, rdir, script)
 	writeFile(t, filepath.Join(rdir, "runner.yaml"), fmt.Sprintf(`runner: {name: laptop, bridges: [%s], token_file: token}
 agents:
   coder: {kind: exec, command: [sh, agent.sh], workdir: .}
@@ -60,8 +38,50 @@ agents:
 	return bridge, runner, base, token
 }
 
+// runnerBridge starts a bridge in dir (config bridge.yaml, data dir data)
+// whose agent coder is hosted by runner laptop, with the runners' grace
+// and httpKeys added to its http section; rdir is the runner's directory.
+func runnerBridge(t *testing.T, dir, grace, httpKeys string) (bridge *proc, rdir string) {
+	t.Helper()
+	writeFile(t, filepath.Join(dir, "bridge.yaml"), fmt.Sprintf(`owner: acme
+owners: [console:alice]
+data_dir: %s
+http: {addr: "127.0.0.1:0"%s}
+console: {user: alice}
+rooms:
+  - {name: main, console: true, agents: [coder]}
+agents:
+  coder: {kind: runner, runner: laptop}
+runners: {grace: %s, heartbeat: 200ms}
+`, filepath.Join(dir, "data"), httpKeys, grace))
+	return startBridge(t, dir, nil, "run", "--config", filepath.Join(dir, "bridge.yaml")), filepath.Join(dir, "laptop")
+}
+
+// addRunner registers runner laptop with the CLI (`bridge runners add`,
+// the bridge's config in dir) and writes its token and agent script in
+// rdir.
+func addRunner(t *testing.T, dir, rdir, script string) {
+	t.Helper()
+	out, errOut, code := runCLI(t, dir, "runners", "add", "--config", filepath.Join(dir, "bridge.yaml"), "laptop")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || !strings.HasPrefix(lines[len(lines)-1], "rnr_") {
+		t.Fatalf("runners add: %d %q %q", code, out, errOut)
+	}
+	if err := os.MkdirAll(rdir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(rdir, "token"), lines[len(lines)-1]+"\n")
+	writeFile(t, filepath.Join(rdir, "agent.sh"), script)
+}
+
 // waitRunner waits until laptop's state (runners list) is state.
 func waitRunner(t *testing.T, base, token, state string) {
+	t.Helper()
+	waitRunnerVia(t, http.DefaultClient, base, token, state)
+}
+
+// waitRunnerVia is waitRunner with the API client hc.
+func waitRunnerVia(t *testing.T, hc *http.Client, base, token, state string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -70,7 +90,9 @@ func waitRunner(t *testing.T, base, token, state string) {
 			Connected bool
 			Away      bool
 		}
-		if call(t, http.MethodGet, base+"/v1/runners", token, nil, &st) == http.StatusOK && len(st) == 1 {
+		if code, err := apiCallVia(hc, http.MethodGet, base+"/v1/runners", token, nil, &st); err != nil {
+			t.Fatal(err)
+		} else if code == http.StatusOK && len(st) == 1 {
 			if got := map[bool]string{true: "connected", false: "disconnected"}[st[0].Connected]; got == state || (state == "away" && st[0].Away) {
 				return
 			}

@@ -119,7 +119,7 @@ func Start(t testing.TB, o Options) *Bridge {
 			}
 		})
 	}
-	tb := &Bridge{Bridge: b, DB: db, Config: cfg, Connectors: conns, URL: web.URL}
+	tb := &Bridge{Bridge: b, DB: db, Config: cfg, Connectors: conns, URL: b.URL()} // https with http.tls_cert_file
 	var once sync.Once
 	tb.stop = func() {
 		once.Do(func() {

@@ -1,0 +1,53 @@
+package runners_test
+
+import (
+	"context"
+	"crypto/tls"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/core/coretest"
+	"github.com/roombridge/roombridge/internal/syncbuf"
+	"github.com/roombridge/roombridge/internal/tlstest"
+	"github.com/roombridge/roombridge/runners"
+)
+
+// TestRunnerOverTLS: a bridge whose API port serves TLS
+// (http.tls_cert_file) takes a runner that trusts its CA over https (gRPC
+// on HTTP/2 by ALPN) and runs its turn; a runner without the CA is refused
+// at the handshake, and its log names the certificate error.
+func TestRunnerOverTLS(t *testing.T) {
+	dir := t.TempDir()
+	f := tlstest.Write(t, dir)
+	b := coretest.Start(t, coretest.Options{Dir: dir, Surfaces: []string{chat.Console}, HoldOutbox: true,
+		Config: bridgeConfig + "http: {tls_cert_file: %DIR%/server.pem, tls_key_file: %DIR%/server.key}\n"})
+	if !strings.HasPrefix(b.URL, "https://") {
+		t.Fatalf("URL %s, want https", b.URL)
+	}
+	tok, err := runners.Add(context.Background(), b.DB, time.Now(), "laptop")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var logs syncbuf.Buffer
+	startRunner(t, runners.RunnerOptions{Name: "laptop", URLs: []string{b.URL}, Token: tok,
+		TLS: &tls.Config{MinVersion: tls.VersionTLS12}, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "x509: certificate signed by unknown authority") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the runner without the CA logged no certificate error:\n%s", logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if st, err := b.Runners().Statuses(context.Background()); err != nil || len(st) != 1 || st[0].Connected {
+		t.Fatalf("statuses %+v, %v; want laptop not connected", st, err)
+	}
+
+	startRunner(t, runners.RunnerOptions{Name: "laptop", URLs: []string{b.URL}, Token: tok,
+		TLS: &tls.Config{RootCAs: f.Pool(t), MinVersion: tls.VersionTLS12}})
+	waitConnected(t, b, "laptop")
+	askCoder(t, b)
+}
