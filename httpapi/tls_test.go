@@ -12,8 +12,8 @@ import (
 
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/core/coretest"
-	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/internal/tlstest"
+	"github.com/roombridge/roombridge/requests"
 )
 
 // TestAPIOverTLS: with http.tls_cert_file and http.tls_key_file the API

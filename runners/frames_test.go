@@ -3,11 +3,8 @@ package runners_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
-	"net/url"
-	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +12,7 @@ import (
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/core/coretest"
 	"github.com/roombridge/roombridge/internal/syncbuf"
+	"github.com/roombridge/roombridge/internal/tcpcut"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/runners"
 	"github.com/roombridge/roombridge/threads"
@@ -55,73 +53,6 @@ func (a *chatty) Run(ctx context.Context, _ agents.Turn, sink agents.Sink) (agen
 	return agents.Outcome{Final: "all good"}, nil
 }
 
-// proxy forwards TCP to a bridge; cut closes its connections and refuses
-// new ones until mend.
-type proxy struct {
-	ln    net.Listener
-	to    string
-	mu    sync.Mutex
-	cut   bool
-	conns []net.Conn
-}
-
-func newProxy(t *testing.T, base string) *proxy {
-	t.Helper()
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln, to: u.Host}
-	var wg sync.WaitGroup
-	wg.Go(p.serve)
-	t.Cleanup(func() { _ = ln.Close(); p.setCut(true); wg.Wait() })
-	return p
-}
-
-func (p *proxy) URL() string { return "http://" + p.ln.Addr().String() }
-
-func (p *proxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.cut {
-			p.mu.Unlock()
-			_ = c.Close()
-			continue
-		}
-		up, err := net.Dial("tcp", p.to)
-		if err != nil {
-			p.mu.Unlock()
-			_ = c.Close()
-			continue
-		}
-		p.conns = append(p.conns, c, up)
-		p.mu.Unlock()
-		go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
-		go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
-	}
-}
-
-// setCut cuts (true: closes every connection) or mends the network.
-func (p *proxy) setCut(cut bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = cut
-	if cut {
-		for _, c := range p.conns {
-			_ = c.Close()
-		}
-		p.conns = nil
-	}
-}
-
 // waitFor waits until cond holds.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -152,7 +83,7 @@ func TestRunnerBufferBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newProxy(t, b.URL)
+	p := tcpcut.New(t, strings.TrimPrefix(b.URL, "http://"))
 	a := &chatty{first: 120, more: 40, phase1: make(chan struct{}), phase2: make(chan struct{}),
 		gateA: make(chan struct{}), gateB: make(chan struct{})}
 	r, err := runners.NewRunner(runners.RunnerOptions{Name: "laptop", URLs: []string{p.URL()}, Token: tok,
@@ -169,11 +100,11 @@ func TestRunnerBufferBounded(t *testing.T) {
 	<-a.phase1
 	waitFor(t, "the runner's buffer down to AckEvery", func() bool { return r.Buffered() <= runners.AckEvery })
 
-	p.setCut(true)
+	p.Cut()
 	waitFor(t, "the bridge seeing the cut", func() bool { return !connected(t, b) })
 	close(a.gateA)
 	<-a.phase2
-	p.setCut(false)
+	p.Heal()
 	waitConnected(t, b, "laptop")
 	close(a.gateB)
 	waitFor(t, "the answer", func() bool {

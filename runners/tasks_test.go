@@ -16,6 +16,7 @@ import (
 	"github.com/roombridge/roombridge/core/coretest"
 	"github.com/roombridge/roombridge/delegation"
 	"github.com/roombridge/roombridge/internal/syncbuf"
+	"github.com/roombridge/roombridge/internal/tcpcut"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/runners"
 )
@@ -127,7 +128,7 @@ func TestBackgroundCommandAcrossReconnects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newProxy(t, b.URL)
+	p := tcpcut.New(t, strings.TrimPrefix(b.URL, "http://"))
 	work := t.TempDir()
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
@@ -160,13 +161,13 @@ func TestBackgroundCommandAcrossReconnects(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the command on the runner", func() bool { return r.Tasks() == 1 })
-	p.setCut(true)
+	p.Cut()
 	waitFor(t, "the bridge seeing the cut", func() bool { return !connected(t, b) })
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the command ending while cut off", func() bool { return strings.Contains(logs.String(), "background task ended") })
-	p.setCut(false)
+	p.Heal()
 	if got := taskEnded(t, b, late); got.State != delegation.TaskSucceeded || !strings.Contains(got.Output, "late") {
 		t.Fatalf("task %+v, want succeeded with its output, reported after the reconnect", got)
 	}

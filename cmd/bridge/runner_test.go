@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/roombridge/roombridge/internal/tcpcut"
 )
 
 // runnerSetup starts a bridge whose agent coder is hosted by runner
@@ -179,21 +181,24 @@ func TestRunnerNetworkCut(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			gate := filepath.Join(t.TempDir(), "gate")
 			t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o600) })
-			var proxy *tcpProxy
+			var proxy *tcpcut.Proxy
 			bridge, _, base, token := runnerVia(t, `read turn
 echo '{"type":"message","text":"started"}'
 while [ ! -e `+gate+` ]; do sleep 0.02; done
 echo '{"type":"message","text":"after the cut"}'
 echo '{"type":"final","text":"finished"}'
-`, tc.grace, func(base string) string { proxy = newTCPProxy(t, hostOf(base)); return proxy.url() })
+`, tc.grace, func(base string) string {
+				proxy = tcpcut.New(t, strings.TrimPrefix(base, "http://"))
+				return proxy.URL()
+			})
 			bridge.send("@coder go")
 			i := bridge.waitLine(0, `started`)
-			proxy.cut()
+			proxy.Cut()
 			waitRunner(t, base, token, map[bool]string{true: "away", false: "disconnected"}[tc.long])
 			if tc.long {
 				i = bridge.waitLine(i, `went away at .*: its turns resume`)
 			}
-			proxy.heal()
+			proxy.Heal()
 			waitRunner(t, base, token, "connected")
 			if err := os.WriteFile(gate, nil, 0o600); err != nil {
 				t.Fatal(err)
