@@ -203,8 +203,9 @@ func (b *Bridge) services(ctx context.Context) error {
 	}
 	b.router = rooms.New(b.svc, b.appr, b.rooms, b.del, log)
 	b.router.OnInbound = met.Inbound
+	b.hub()              // before the web room: its room pages list the runners
 	if cfg.Web.Enabled { // the web room: its observer runs last, its "web" command signs people in
-		b.web = web.New(web.Options{Requests: b.svc, Approvals: b.appr, Rooms: b.rooms, Actions: b.router, Tasks: b.del,
+		b.web = web.New(web.Options{Requests: b.svc, Approvals: b.appr, Rooms: b.rooms, Actions: b.router, Tasks: b.del, Runners: b.runners,
 			Token: b.opts.APIToken, PublicURL: cfg.Web.PublicURL, Addr: b.opts.APIAddr, TLS: b.cert != nil, Log: log})
 		b.svc.AddObserver("web", b.web.Observe)
 		b.router.SignIn = b.web.SignInLink
@@ -249,12 +250,8 @@ func observers(b *Bridge) []observer {
 	}
 }
 
-// scheduler builds the agents' runtimes and the scheduler, linked to
-// approvals (request_approval), delegation (ask_agent, background tasks)
-// and the agent tools over MCP: the scheduler issues a token for each turn
-// and hands it to the agent with the URL; each tool call goes through the
-// scheduler's dispatcher, as the exec protocol's calls do.
-func (b *Bridge) scheduler() error {
+// hub builds the runners' hub: the agents hosted on other machines.
+func (b *Bridge) hub() {
 	cfg := b.opts.Config
 	var leading func() bool
 	if l := b.opts.Leadership; l != nil {
@@ -265,6 +262,15 @@ func (b *Bridge) scheduler() error {
 		Leading: leading, Requests: b.svc, Tasks: b.del})
 	b.del.Remote = b.runners // a runner-hosted agent's background commands run on its runner
 	b.met.Registry().MustRegister(b.runners)
+}
+
+// scheduler builds the agents' runtimes and the scheduler, linked to
+// approvals (request_approval), delegation (ask_agent, background tasks)
+// and the agent tools over MCP: the scheduler issues a token for each turn
+// and hands it to the agent with the URL; each tool call goes through the
+// scheduler's dispatcher, as the exec protocol's calls do.
+func (b *Bridge) scheduler() error {
+	cfg := b.opts.Config
 	runtime := b.opts.Runtimes
 	if runtime == nil {
 		runtime = func(name string, a config.Agent) (agents.Runtime, error) {

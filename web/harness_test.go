@@ -59,6 +59,13 @@ func newHarness(t testing.TB) *harness { return newHarnessWeb(t, "{enabled: true
 // newHarnessWeb starts a harness whose config's web section is web.
 func newHarnessWeb(t testing.TB, web string) *harness {
 	t.Helper()
+	return newHarnessConfig(t, strings.Replace(config, "web: {enabled: true}", "web: "+web, 1))
+}
+
+// newHarnessConfig starts a harness of the config cfg ("%BIN%" in it: the
+// bridge binary).
+func newHarnessConfig(t testing.TB, cfg string) *harness {
+	t.Helper()
 	h := &harness{t: t, fake: slacktest.NewServer()}
 	t.Cleanup(h.fake.Close)
 	dir := t.TempDir()
@@ -67,8 +74,7 @@ func newHarnessWeb(t testing.TB, web string) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := strings.ReplaceAll(config, "%BIN%", fmt.Sprintf("%q", bridgeBin))
-	cfg = strings.Replace(cfg, "web: {enabled: true}", "web: "+web, 1)
+	cfg = strings.ReplaceAll(cfg, "%BIN%", fmt.Sprintf("%q", bridgeBin))
 	h.bridge = coretest.Start(t, coretest.Options{Config: cfg, Dir: dir,
 		Connectors: func() []chat.Connector { return []chat.Connector{conn} }})
 	h.waitFake("a socket mode connection", func(s *slacktest.Server) bool { return s.Connections() > 0 })

@@ -130,7 +130,8 @@ type roomView struct {
 	MayAsk  bool
 	Card    *cardView
 	Strip   []stripItem
-	Waiting int // answerable items, hidden ones included
+	Runners []runnerRow // the runners of the room's agents
+	Waiting int         // answerable items, hidden ones included
 	Hidden  int
 }
 
@@ -204,6 +205,9 @@ func (s *Server) roomPage(_ http.ResponseWriter, r *http.Request, sess *session)
 		}
 	}
 	if rv.Strip, err = s.strip(ctx, rm.Name, sess.User); err != nil {
+		return "", view{}, err
+	}
+	if rv.Runners, err = s.roomRunners(ctx, rm.Agents); err != nil {
 		return "", view{}, err
 	}
 	return "room.html", view{Title: rm.Name, Live: rm.Name, Data: rv}, nil

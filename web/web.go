@@ -1,5 +1,5 @@
 // Package web is the web room: the bridge's pages at / (a room's requests,
-// its inbox card and task strip, a request's page, the inbox, the tasks and
+// its inbox card, task strip and runners, a request's page, the inbox, the tasks and
 // the audit log), rendered on the server with html/template and kept live by
 // Server-Sent Events fed from the store's change notifications. People sign
 // in with a one-time link the bot sends them in chat ("web"), or with the
@@ -68,6 +68,9 @@ type Options struct {
 	Rooms     *directory.Rooms
 	Actions   Actions
 	Tasks     Tasks
+	// Runners are the runners of agents on other machines (nil: none):
+	// a room's page lists those of its agents.
+	Runners Runners
 	// Token is the API token (its holders may sign in as admin).
 	Token string
 	// PublicURL is where people reach the web room ("": BaseURL's fallback
@@ -87,6 +90,7 @@ type Server struct {
 	rooms  *directory.Rooms
 	act    Actions
 	tasks  Tasks
+	remote Runners // nil: room pages list no runners
 	live   Watcher // nil: request pages show no live text
 	store  store.Store
 	clock  clock.Clock
@@ -110,7 +114,7 @@ func New(o Options) *Server {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{svc: o.Requests, appr: o.Approvals, rooms: o.Rooms, act: o.Actions, tasks: o.Tasks,
+	s := &Server{svc: o.Requests, appr: o.Approvals, rooms: o.Rooms, act: o.Actions, tasks: o.Tasks, remote: o.Runners,
 		store: o.Requests.Store(), clock: o.Requests.Clock(), token: o.Token, public: o.PublicURL, addr: o.Addr,
 		secure: strings.HasPrefix(o.PublicURL, "https://") || (o.PublicURL == "" && o.TLS), tls: o.TLS, log: o.Log, mux: http.NewServeMux(),
 		recent: 10 * time.Second, closing: make(chan struct{})}

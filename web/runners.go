@@ -1,0 +1,57 @@
+package web
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	"github.com/roombridge/roombridge/runners"
+)
+
+// Runners are the runners that host agents on other machines
+// (*runners.Hub): each with its agents and connection.
+type Runners interface {
+	Statuses(ctx context.Context) ([]runners.Status, error)
+}
+
+// runnerRow is a line of a room's runners: a runner hosting one of the
+// room's agents.
+type runnerRow struct {
+	Name        string
+	Agents      []string
+	State       string // connected, disconnected (within the grace), away, never connected
+	LastContact time.Time
+}
+
+// roomRunners lists the runners that host any of agents, by name (none
+// without a hub or runners: the room page then shows no section).
+func (s *Server) roomRunners(ctx context.Context, agents []string) ([]runnerRow, error) {
+	if s.remote == nil {
+		return nil, nil
+	}
+	all, err := s.remote.Statuses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []runnerRow
+	for _, st := range all {
+		if !slices.ContainsFunc(st.Agents, func(a string) bool { return slices.Contains(agents, a) }) {
+			continue
+		}
+		row := runnerRow{Name: st.Name, Agents: st.Agents, LastContact: st.LastContact}
+		switch {
+		case st.Connected:
+			row.State = "connected"
+		case st.LastContact.IsZero():
+			row.State = "never connected"
+		case st.Away:
+			row.State = "away"
+		default:
+			row.State = "disconnected"
+		}
+		out = append(out, row)
+	}
+	slices.SortFunc(out, func(a, b runnerRow) int { return cmp.Compare(a.Name, b.Name) })
+	return out, nil
+}
