@@ -231,3 +231,41 @@ func TestQueuedSayWhyRunnerWentAway(t *testing.T) {
 		t.Fatalf("the thread says resumed %d times, want once", n)
 	}
 }
+
+// TestRestartWithinGraceResumes: a new runner process that connects
+// within the grace (the old one's turn died with it) resumes the turn
+// with its session: the thread says "resumed" once and nothing says the
+// runner went away.
+func TestRestartWithinGraceResumes(t *testing.T) {
+	b, clk := awayBridge(t)
+	tok, err := runners.Add(context.Background(), b.DB, clk.Now(), "laptop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := filepath.Join(t.TempDir(), "gate")
+	stop := gatedRunner(t, b, tok, gate)
+	waitConnected(t, b, "laptop")
+	first := ask(t, b)
+	until(t, b, clk, 0, "the turn started", func(rs []*requests.Request) bool { return rs[0].Session == "s-1" }, first)
+	stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for st, _ := b.Runners().Statuses(context.Background()); len(st) != 1 || st[0].Connected; st, _ = b.Runners().Statuses(context.Background()) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stopped runner never disconnected")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gatedRunner(t, b, tok, gate)
+	until(t, b, clk, 0, "answered", func(rs []*requests.Request) bool {
+		return rs[0].State == requests.Done && rs[0].Result == "all good" && rs[0].Session == "s-1"
+	}, first)
+	if n := told(t, b, `^resumed 18:\d\d on runner laptop`, first); n != 1 {
+		t.Fatalf("the thread says resumed %d times, want once", n)
+	}
+	if n := told(t, b, `went away`, first); n != 0 {
+		t.Fatalf("the thread says the runner went away (%d) within the grace", n)
+	}
+}

@@ -133,7 +133,9 @@ func (tr *turnRun) send(ctx context.Context, x *host, c *conn) error {
 		return nil
 	}
 	tr.flush(c)
-	if tr.interrupted && !live && (!first || tr.t.Resumed) {
+	// A turn started again (its process died: a runner restart, within
+	// the grace or past it) tells its thread; one that never ran does not.
+	if restart || tr.interrupted && !live && tr.t.Resumed {
 		_ = tr.sink.Message(ctx, fmt.Sprintf("resumed %s on runner %s", h.o.Clock.Now().Format("15:04"), x.name))
 	}
 	if tr.interrupted {
