@@ -196,12 +196,11 @@ func TestQueuedSayWhyRunnerNeverConnected(t *testing.T) {
 	}
 }
 
-// TestQueuedSayWhyRunnerWentAway: a connected runner that goes away
-// (its connection ends; the grace passes on the fake clock) interrupts
-// its turn and notes its queued requests, telling the room once; a new
-// runner process resumes the turn with its session ("resumed") and the
-// notes come off.
-func TestQueuedSayWhyRunnerWentAway(t *testing.T) {
+// connectedAway starts an away-test bridge and a gated runner "laptop"
+// connected to it; gate is the file that lets its agent answer, stop ends
+// the runner.
+func connectedAway(t *testing.T) (*coretest.Bridge, *clock.Fake, string, string, func()) {
+	t.Helper()
 	b, clk := awayBridge(t)
 	tok, err := runners.Add(context.Background(), b.DB, clk.Now(), "laptop")
 	if err != nil {
@@ -210,6 +209,16 @@ func TestQueuedSayWhyRunnerWentAway(t *testing.T) {
 	gate := filepath.Join(t.TempDir(), "gate")
 	stop := gatedRunner(t, b, tok, gate)
 	waitConnected(t, b, "laptop")
+	return b, clk, tok, gate, stop
+}
+
+// TestQueuedSayWhyRunnerWentAway: a connected runner that goes away
+// (its connection ends; the grace passes on the fake clock) interrupts
+// its turn and notes its queued requests, telling the room once; a new
+// runner process resumes the turn with its session ("resumed") and the
+// notes come off.
+func TestQueuedSayWhyRunnerWentAway(t *testing.T) {
+	b, clk, tok, gate, stop := connectedAway(t)
 	first, second := ask(t, b), ask(t, b)
 	until(t, b, clk, 0, "the first turn started", func(rs []*requests.Request) bool { return rs[0].Session == "s-1" }, first)
 	stop()
@@ -237,14 +246,7 @@ func TestQueuedSayWhyRunnerWentAway(t *testing.T) {
 // with its session: the thread says "resumed" once and nothing says the
 // runner went away.
 func TestRestartWithinGraceResumes(t *testing.T) {
-	b, clk := awayBridge(t)
-	tok, err := runners.Add(context.Background(), b.DB, clk.Now(), "laptop")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gate := filepath.Join(t.TempDir(), "gate")
-	stop := gatedRunner(t, b, tok, gate)
-	waitConnected(t, b, "laptop")
+	b, clk, tok, gate, stop := connectedAway(t)
 	first := ask(t, b)
 	until(t, b, clk, 0, "the turn started", func(rs []*requests.Request) bool { return rs[0].Session == "s-1" }, first)
 	stop()
