@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/roombridge/roombridge/agents/process"
 	"github.com/roombridge/roombridge/approvals"
@@ -133,62 +132,13 @@ func TestClaudeReportProgress(t *testing.T) {
 // TestClaudeModelAPIErrors: the model API fails in each way once (401:
 // always); the room sees the retry, or the failure at once.
 func TestClaudeModelAPIErrors(t *testing.T) {
-	cases := []struct {
-		name  string
-		first fakemodel.Reply
-		// fails: the request fails with a reason holding each of these;
-		// else it is done after a retry shown in the status line.
-		fails []string
-	}{
-		{"400", fakemodel.Reply{Status: 400, Error: fakemodel.AnthropicError("invalid_request_error", "messages: bad input")}, []string{"400", "bad input"}},
+	cases := []apiErrorCase{
+		{"400", fakemodel.Reply{Status: 400, Error: fakemodel.AnthropicError("invalid_request_error", "messages: bad input")}, []string{"400", "bad input"}, 1},
 		{"401", fakemodel.Reply{Status: 401, Error: fakemodel.AnthropicError("authentication_error", "invalid x-api-key")},
-			[]string{"authentication_failed", "agent agent", "ANTHROPIC_API_KEY"}},
-		{"429", fakemodel.Reply{Status: 429, RetryAfter: "0", Error: fakemodel.AnthropicError("rate_limit_error", "slow down")}, nil},
-		{"529", fakemodel.Reply{Status: 529, Error: fakemodel.AnthropicError("overloaded_error", "Overloaded")}, nil},
-		{"dropped", fakemodel.Reply{Text: "an answer cut short", Drop: true}, nil},
+			[]string{"authentication_failed", "agent agent", "ANTHROPIC_API_KEY"}, 1},
+		{"429", fakemodel.Reply{Status: 429, RetryAfter: "0", Error: fakemodel.AnthropicError("rate_limit_error", "slow down")}, nil, 1},
+		{"529", fakemodel.Reply{Status: 529, Error: fakemodel.AnthropicError("overloaded_error", "Overloaded")}, nil, 1},
+		{"dropped", fakemodel.Reply{Text: "an answer cut short", Drop: true}, nil, 1},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			var id atomic.Value
-			var shown atomic.Value
-			var e *env
-			e = newEnv(t, "claude", func(n int, r fakemodel.Request) fakemodel.Reply {
-				if n == 0 || c.fails != nil {
-					return c.first
-				}
-				// The retry is in the thread's status before it is sent.
-				deadline := time.Now().Add(10 * time.Second)
-				for time.Now().Before(deadline) {
-					if a := e.get(id.Load().(requests.ID)).Activity; strings.Contains(a, "retry 1") {
-						shown.Store(a)
-						break
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
-				return fakemodel.Text("recovered")
-			})
-			id.Store(e.ask("agent", "hello"))
-			r := e.waitEnd(id.Load().(requests.ID))
-			if c.fails == nil {
-				if r.State != requests.Done || r.Result != "recovered" {
-					t.Fatalf("%s: result %q reason %q", r.State, r.Result, r.Reason)
-				}
-				if shown.Load() == nil {
-					t.Error("the retry was not shown in the status line")
-				}
-				return
-			}
-			if r.State != requests.Failed {
-				t.Fatalf("%s, want failed (result %q)", r.State, r.Result)
-			}
-			for _, s := range c.fails {
-				if !strings.Contains(r.Reason, s) {
-					t.Errorf("reason %q lacks %q", r.Reason, s)
-				}
-			}
-			if c.name == "401" && len(e.model.Requests()) > 1 {
-				t.Errorf("an authentication failure was retried: %d model requests", len(e.model.Requests()))
-			}
-		})
-	}
+	runAPIErrors(t, "claude", cases)
 }

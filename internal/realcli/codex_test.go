@@ -5,7 +5,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/roombridge/roombridge/agents/process"
 	"github.com/roombridge/roombridge/internal/fakemodel"
@@ -120,15 +119,9 @@ func TestCodexFailedToolCall(t *testing.T) {
 }
 
 func TestCodexModelAPIErrors(t *testing.T) {
-	cases := []struct {
-		name  string
-		first fakemodel.Reply
-		fails []string
-		// times the first reply is given (default 1): Codex retries a
-		// 5xx once without a word (request_max_retries), then reconnects
-		// the stream, which it prints.
-		times int
-	}{
+	// Codex retries a 5xx once without a word (request_max_retries), then
+	// reconnects the stream, which it prints: 529 is given twice.
+	cases := []apiErrorCase{
 		{"400", fakemodel.Reply{Status: 400, Error: fakemodel.OpenAIError("invalid_request_error", "bad_input", "input is bad")}, []string{"model API: input is bad"}, 1},
 		{"401", fakemodel.Reply{Status: 401, Error: fakemodel.OpenAIError("invalid_request_error", "invalid_api_key", "Incorrect API key provided")},
 			[]string{"model API: 401 Incorrect API key provided", "agent agent", "env_key"}, 1},
@@ -136,47 +129,5 @@ func TestCodexModelAPIErrors(t *testing.T) {
 		{"529", fakemodel.Reply{Status: 529, Error: fakemodel.OpenAIError("server_error", "overloaded", "Overloaded")}, nil, 2},
 		{"dropped", fakemodel.Reply{Text: "an answer cut short", Drop: true}, nil, 1},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			var id atomic.Value
-			var shown atomic.Value
-			var e *env
-			e = newEnv(t, "codex", func(n int, r fakemodel.Request) fakemodel.Reply {
-				if n < max(c.times, 1) || c.fails != nil {
-					return c.first
-				}
-				deadline := time.Now().Add(10 * time.Second)
-				for time.Now().Before(deadline) {
-					if a := e.get(id.Load().(requests.ID)).Activity; strings.Contains(a, "retry 1") {
-						shown.Store(a)
-						break
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
-				return fakemodel.Text("recovered")
-			})
-			id.Store(e.ask("agent", "hello"))
-			r := e.waitEnd(id.Load().(requests.ID))
-			if c.fails == nil {
-				if r.State != requests.Done || r.Result != "recovered" {
-					t.Fatalf("%s: result %q reason %q", r.State, r.Result, r.Reason)
-				}
-				if shown.Load() == nil {
-					t.Error("the retry was not shown in the status line")
-				}
-				return
-			}
-			if r.State != requests.Failed {
-				t.Fatalf("%s, want failed (result %q)", r.State, r.Result)
-			}
-			for _, s := range c.fails {
-				if !strings.Contains(r.Reason, s) {
-					t.Errorf("reason %q lacks %q", r.Reason, s)
-				}
-			}
-			if c.name == "401" && len(e.model.Requests()) > 1 {
-				t.Errorf("an authentication failure was retried: %d model requests", len(e.model.Requests()))
-			}
-		})
-	}
+	runAPIErrors(t, "codex", cases)
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -237,4 +238,66 @@ func (e *env) lastMain() fakemodel.Request {
 	}
 	e.t.Fatal("the model got no request")
 	return fakemodel.Request{}
+}
+
+// apiErrorCase is one way the model API fails (TestClaudeModelAPIErrors,
+// TestCodexModelAPIErrors).
+type apiErrorCase struct {
+	name  string
+	first fakemodel.Reply
+	// fails: the request fails with a reason holding each of these; else
+	// it is done after a retry shown in the status line.
+	fails []string
+	// times the first reply is given before the model recovers.
+	times int
+}
+
+// runAPIErrors runs each case with the CLI of kind: the model answers
+// c.first (c.times times, or always when the request must fail), then
+// "recovered" once the retry shows in the request's status.
+func runAPIErrors(t *testing.T, kind string, cases []apiErrorCase) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var id atomic.Value
+			var shown atomic.Value
+			var e *env
+			e = newEnv(t, kind, func(n int, r fakemodel.Request) fakemodel.Reply {
+				if n < max(c.times, 1) || c.fails != nil {
+					return c.first
+				}
+				// The retry is in the thread's status before it is sent.
+				deadline := time.Now().Add(10 * time.Second)
+				for time.Now().Before(deadline) {
+					if a := e.get(id.Load().(requests.ID)).Activity; strings.Contains(a, "retry 1") {
+						shown.Store(a)
+						break
+					}
+					time.Sleep(10 * time.Millisecond) // polling the store for the condition, with a deadline
+				}
+				return fakemodel.Text("recovered")
+			})
+			id.Store(e.ask("agent", "hello"))
+			r := e.waitEnd(id.Load().(requests.ID))
+			if c.fails == nil {
+				if r.State != requests.Done || r.Result != "recovered" {
+					t.Fatalf("%s: result %q reason %q", r.State, r.Result, r.Reason)
+				}
+				if shown.Load() == nil {
+					t.Error("the retry was not shown in the status line")
+				}
+				return
+			}
+			if r.State != requests.Failed {
+				t.Fatalf("%s, want failed (result %q)", r.State, r.Result)
+			}
+			for _, s := range c.fails {
+				if !strings.Contains(r.Reason, s) {
+					t.Errorf("reason %q lacks %q", r.Reason, s)
+				}
+			}
+			if c.name == "401" && len(e.model.Requests()) > 1 {
+				t.Errorf("an authentication failure was retried: %d model requests", len(e.model.Requests()))
+			}
+		})
+	}
 }
