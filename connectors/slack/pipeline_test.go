@@ -11,6 +11,7 @@ import (
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/connectors/slack"
 	"github.com/roombridge/roombridge/connectors/slack/slacktest"
+	"github.com/roombridge/roombridge/internal/syncbuf"
 )
 
 // gate is a core whose Handle of an event with "gated" in its text waits
@@ -21,27 +22,17 @@ type gate struct {
 	entered chan struct{} // closed when the first gated event is in Handle
 	once    sync.Once
 
-	mu    sync.Mutex
-	trace []string
-	wake  chan struct{} // closed and replaced on every trace entry
+	trace syncbuf.Trace
 }
 
 func newGate() *gate {
-	return &gate{open: make(chan struct{}), entered: make(chan struct{}), wake: make(chan struct{})}
-}
-
-func (g *gate) record(s string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.trace = append(g.trace, s)
-	close(g.wake)
-	g.wake = make(chan struct{})
+	return &gate{open: make(chan struct{}), entered: make(chan struct{})}
 }
 
 func (g *gate) wrap(core chat.Handler) chat.Handler {
 	return chat.HandlerFunc(func(ctx context.Context, ev chat.Event) chat.Response {
-		g.record("enter:" + ev.Text)
-		defer g.record("leave:" + ev.Text)
+		g.trace.Add("enter:" + ev.Text)
+		defer g.trace.Add("leave:" + ev.Text)
 		if strings.Contains(ev.Text, "gated") {
 			g.once.Do(func() { close(g.entered) })
 			select {
@@ -51,39 +42,6 @@ func (g *gate) wrap(core chat.Handler) chat.Handler {
 		}
 		return core.Handle(ctx, ev)
 	})
-}
-
-// has reports whether the trace holds s.
-func (g *gate) has(s string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return slices.Contains(g.trace, s)
-}
-
-// await waits until the trace holds s.
-func (g *gate) await(t *testing.T, s string) {
-	t.Helper()
-	deadline := time.NewTimer(waitFor)
-	defer deadline.Stop()
-	for {
-		g.mu.Lock()
-		found, wake := slices.Contains(g.trace, s), g.wake
-		g.mu.Unlock()
-		if found {
-			return
-		}
-		select {
-		case <-wake:
-		case <-deadline.C:
-			t.Fatalf("waiting for %q in the core's trace %q", s, g.snapshot())
-		}
-	}
-}
-
-func (g *gate) snapshot() []string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return slices.Clone(g.trace)
 }
 
 func (g *gate) waitEntered(t *testing.T) {
@@ -123,8 +81,8 @@ func TestTopLevelMentionsHandledConcurrently(t *testing.T) {
 			h.mention(member, "coder echo gated") // acknowledged when the budget runs out
 			g.waitEntered(t)
 			h.mention(member, "coder echo second")
-			g.await(t, "leave:coder echo second")
-			if g.has("leave:coder echo gated") {
+			g.trace.Await(t, "leave:coder echo second", waitFor)
+			if g.trace.Has("leave:coder echo gated") {
 				t.Fatal("the gated mention left the core before the gate opened")
 			}
 			if rs := h.requests(); len(rs) != 1 || rs[0].Ask != "echo second" {
@@ -161,12 +119,12 @@ func TestRepliesInOneThreadKeepTheirOrder(t *testing.T) {
 			reply("first gated")
 			g.waitEntered(t)
 			reply("second") // queued: acknowledged (200, an ack), not refused
-			if g.has("enter:second") {
-				t.Fatalf("the second reply reached the core while the first was held: %q", g.snapshot())
+			if g.trace.Has("enter:second") {
+				t.Fatalf("the second reply reached the core while the first was held: %q", g.trace.Lines())
 			}
 			close(g.open)
-			g.await(t, "leave:second")
-			tr := g.snapshot()
+			g.trace.Await(t, "leave:second", waitFor)
+			tr := g.trace.Lines()
 			if i, j := slices.Index(tr, "leave:first gated"), slices.Index(tr, "enter:second"); i < 0 || j < i {
 				t.Errorf("trace %q: the second reply entered the core before the first left it", tr)
 			}

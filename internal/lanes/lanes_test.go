@@ -2,11 +2,11 @@ package lanes_test
 
 import (
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/roombridge/roombridge/internal/lanes"
+	"github.com/roombridge/roombridge/internal/syncbuf"
 )
 
 const waitFor = 30 * time.Second
@@ -18,53 +18,16 @@ type job struct {
 }
 
 // trace records the jobs' starts and ends, and wakes waiters on each.
-type trace struct {
-	mu   sync.Mutex
-	log  []string
-	wake chan struct{}
-}
+type trace struct{ syncbuf.Trace }
 
-func newTrace() *trace { return &trace{wake: make(chan struct{})} }
-
-func (tr *trace) add(s string) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	tr.log = append(tr.log, s)
-	close(tr.wake)
-	tr.wake = make(chan struct{})
-}
-
-func (tr *trace) await(t *testing.T, s string) {
-	t.Helper()
-	deadline := time.NewTimer(waitFor)
-	defer deadline.Stop()
-	for {
-		tr.mu.Lock()
-		found, wake := slices.Contains(tr.log, s), tr.wake
-		tr.mu.Unlock()
-		if found {
-			return
-		}
-		select {
-		case <-wake:
-		case <-deadline.C:
-			t.Fatalf("waiting for %q in %q", s, tr.snapshot())
-		}
-	}
-}
-
-func (tr *trace) snapshot() []string {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	return slices.Clone(tr.log)
-}
+func newTrace() *trace { return &trace{} }
 
 func (tr *trace) do(j job) {
-	tr.add("start " + j.name)
+	tr.Add("start " + j.name)
 	if j.gate != nil {
 		<-j.gate
 	}
-	tr.add("end " + j.name)
+	tr.Add("end " + j.name)
 }
 
 // While a job is held, jobs of other keys and jobs without a key run; a
@@ -79,20 +42,20 @@ func TestKeysRunConcurrentlyALaneInOrder(t *testing.T) {
 
 	gate := make(chan struct{})
 	mustAdd(t, l, "a", job{name: "a1", gate: gate})
-	tr.await(t, "start a1")
+	tr.Await(t, "start a1", waitFor)
 	mustAdd(t, l, "a", job{name: "a2"})
 	mustAdd(t, l, "b", job{name: "b1"})
 	mustAdd(t, l, "", job{name: "x"})
 	mustAdd(t, l, "", job{name: "y"})
 	for _, s := range []string{"end b1", "end x", "end y"} {
-		tr.await(t, s)
+		tr.Await(t, s, waitFor)
 	}
-	if got := tr.snapshot(); slices.Contains(got, "start a2") {
+	if got := tr.Lines(); slices.Contains(got, "start a2") {
 		t.Fatalf("a2 started while a1 was held: %q", got)
 	}
 	close(gate)
-	tr.await(t, "end a2")
-	got := tr.snapshot()
+	tr.Await(t, "end a2", waitFor)
+	got := tr.Lines()
 	if slices.Index(got, "start a2") < slices.Index(got, "end a1") {
 		t.Errorf("a2 started before a1 ended: %q", got)
 	}
@@ -111,7 +74,7 @@ func TestLimit(t *testing.T) {
 	quit := make(chan struct{})
 	close(quit) // run what is queued, then return
 	l.Run(1, quit, tr.do)
-	if got := tr.snapshot(); len(got) != 4 {
+	if got := tr.Lines(); len(got) != 4 {
 		t.Fatalf("ran %q, want a1 and x", got)
 	}
 	mustAdd(t, l, "b", job{name: "b1"})
@@ -131,7 +94,7 @@ func TestQuitDrains(t *testing.T) {
 	close(quit)
 	l.Run(4, quit, tr.do)
 	var keyed []string
-	for _, s := range tr.snapshot() {
+	for _, s := range tr.Lines() {
 		if s != "start free" && s != "end free" && s[:3] == "end" {
 			keyed = append(keyed, s[4:])
 		}
@@ -143,7 +106,7 @@ func TestQuitDrains(t *testing.T) {
 	if !slices.Equal(keyed, want) {
 		t.Errorf("lane k ran %q, want %q", keyed, want)
 	}
-	if got := len(tr.snapshot()); got != 80 {
+	if got := len(tr.Lines()); got != 80 {
 		t.Errorf("%d trace entries, want 80 (40 jobs)", got)
 	}
 }

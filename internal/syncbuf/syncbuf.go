@@ -1,6 +1,6 @@
-// Package syncbuf is a bytes.Buffer safe for concurrent writers and
-// readers: tests capture a console's output or a log with it while the code
-// under test writes.
+// Package syncbuf holds buffers safe for concurrent writers and readers:
+// a bytes.Buffer (tests capture a console's output or a log with it while
+// the code under test writes) and a Trace of lines a test can wait on.
 package syncbuf
 
 import (
