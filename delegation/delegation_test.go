@@ -655,3 +655,32 @@ func TestRendezvousTimeout(t *testing.T) {
 		t.Errorf("timers left: %v %v", due, err)
 	}
 }
+
+// TestRunnerMayEndOnlyItsTasks: the end of a task reported from outside
+// (a runner's task_end) is refused unless the task's agent is one the
+// reporting runner hosts: a runner cannot end a task running on the
+// bridge, or another runner's, and the task keeps running.
+func TestRunnerMayEndOnlyItsTasks(t *testing.T) {
+	e := newEnv(t, nil)
+	gate := filepath.Join(t.TempDir(), "gate")
+	id := running(t, e, "tester")
+	task, err := e.del.BackgroundRun(e.ctx, id, agents.BackgroundRun{Name: "local", Command: []string{"sh", script(t, gate, "real output")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := findTask(t, e, task)
+	err = e.del.EndTask(e.ctx, tk.Owner, tk.ID, []string{"remote"}, delegation.TaskSucceeded, "", "forged output")
+	if !errors.Is(err, delegation.ErrNotYourTask) {
+		t.Fatalf("a foreign runner's end of a local task: %v, want ErrNotYourTask", err)
+	}
+	if tk := findTask(t, e, task); tk.State != delegation.TaskRunning {
+		t.Errorf("the task is %s after a refused end, want running", tk.State)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.del.Wait()
+	if tk := findTask(t, e, task); tk.State != delegation.TaskSucceeded || !strings.Contains(tk.Output, "real output") {
+		t.Errorf("task %s with output %q, want its own end", tk.State, tk.Output)
+	}
+}

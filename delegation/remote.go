@@ -2,6 +2,7 @@ package delegation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -27,6 +28,9 @@ type Remote interface {
 // TaskKey is how a task is named to a Remote and by it: owner/id.
 func TaskKey(owner, id string) string { return owner + "/" + id }
 
+// ErrNotYourTask: a runner reported the end of a task it does not host.
+var ErrNotYourTask = errors.New("not this runner's task")
+
 // startRemote starts t's command through s.Remote; a stop is carried to it
 // by WatchRemote.
 func (s *Service) startRemote(t *Task) {
@@ -39,14 +43,23 @@ func (s *Service) startRemote(t *Task) {
 }
 
 // EndTask records how remote task owner/id ended (a task already ended is
-// left as it is): the same end as a local command's.
-func (s *Service) EndTask(ctx context.Context, owner, id, state, reason, output string) error {
+// left as it is): the same end as a local command's. The runner that
+// reports it hosts agents: the end of another agent's task (another
+// runner's, or one running on the bridge) is refused and changes nothing.
+func (s *Service) EndTask(ctx context.Context, owner, id string, agents []string, state, reason, output string) error {
 	switch state {
 	case TaskSucceeded, TaskFailed, TaskStopped:
 	default:
 		return fmt.Errorf("delegation: end task %s: unknown state %q", id, state)
 	}
 	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
+		var t Task
+		if err := store.GetJSON(tx, bucketTasks, TaskKey(owner, id), &t); err != nil {
+			return err
+		}
+		if !slices.Contains(agents, t.Agent) {
+			return fmt.Errorf("%w: its agent %s is not hosted by the runner that reported it (agents %v)", ErrNotYourTask, t.Agent, agents)
+		}
 		_, err := s.EndTaskTx(tx, owner, id, state, reason, output)
 		return err
 	})

@@ -12,8 +12,9 @@ import (
 // runner still runs.
 type TaskHost interface {
 	// EndTask records how task owner/id ended (a task already ended is
-	// left as it is).
-	EndTask(ctx context.Context, owner, id, state, reason, output string) error
+	// left as it is), refusing it unless the task's agent is one of
+	// agents (those of the runner that reports it).
+	EndTask(ctx context.Context, owner, id string, agents []string, state, reason, output string) error
 	// ReconcileTasks is told which of agents' tasks runner has (alive, by
 	// task key, and known: those and the ones sent to it since); it ends
 	// the open ones not known and says which alive ones to stop.
@@ -67,7 +68,13 @@ func (h *Hub) taskEnd(ctx context.Context, runner string, c *conn, j *Job) {
 	if h.o.Tasks == nil || !ok {
 		return
 	}
-	if err := h.o.Tasks.EndTask(ctx, owner, id, j.State, j.Reason, j.Output); err != nil {
+	h.mu.Lock()
+	var agents []string
+	if x := h.host[runner]; x != nil {
+		agents = x.cfg // a runner may end only its own agents' tasks
+	}
+	h.mu.Unlock()
+	if err := h.o.Tasks.EndTask(ctx, owner, id, agents, j.State, j.Reason, j.Output); err != nil {
 		h.o.Log.Warn("runner: recording a task's end", "runner", runner, "task_id", id, "error", err)
 		return
 	}
