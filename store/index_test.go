@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -9,6 +10,11 @@ import (
 // An effect is stored exactly as json.Marshal encodes it (its payload,
 // compact already, as it is): same bytes, whatever its strings and times.
 func TestAppendEffectIsJSONMarshal(t *testing.T) {
+	// appendEffect writes Effect's 8 fields by hand (the third case below
+	// sets them all): a new field must be taught to it, and set here.
+	if n := reflect.TypeFor[Effect]().NumField(); n != 8 {
+		t.Fatalf("Effect has %d fields, appendEffect writes 8: add the new one to appendEffect and to this test", n)
+	}
 	at := time.Date(2026, 12, 1, 11, 30, 5, 123456789, time.FixedZone("x", 5*3600+1800))
 	for _, e := range []Effect{
 		{},

@@ -44,8 +44,7 @@ type Spacer struct {
 type slot struct {
 	// Guarded by Spacer.mu:
 	busy    bool      // a caller holds the slot
-	waiters []*waiter // callers waiting for it, DoAhead ones first
-	users   int       // callers holding or waiting for the slot
+	waiters []*waiter // callers waiting for it, DoAhead ones first (none while not busy)
 
 	next time.Time // earliest start of the next call; guarded by holding the slot
 }
@@ -127,7 +126,6 @@ func (s *Spacer) acquire(ctx context.Context, key string, ahead bool) (*slot, er
 		sl = &slot{}
 		s.keys[key] = sl
 	}
-	sl.users++
 	if !sl.busy {
 		sl.busy = true
 		s.mu.Unlock()
@@ -151,7 +149,6 @@ func (s *Spacer) acquire(ctx context.Context, key string, ahead bool) (*slot, er
 	s.mu.Lock()
 	if j := slices.Index(sl.waiters, w); j >= 0 {
 		sl.waiters = slices.Delete(sl.waiters, j, j+1)
-		sl.users--
 		s.mu.Unlock()
 		return nil, ctx.Err()
 	}
@@ -165,7 +162,6 @@ func (s *Spacer) acquire(ctx context.Context, key string, ahead bool) (*slot, er
 func (s *Spacer) release(sl *slot) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sl.users--
 	if len(sl.waiters) == 0 {
 		sl.busy = false
 		return
@@ -176,11 +172,12 @@ func (s *Spacer) release(sl *slot) {
 }
 
 // pruneLocked forgets keys nobody uses whose spacing has passed. s.mu must be
-// held; a slot with no users has no holder, so reading next is safe.
+// held; a slot that is not busy has no holder nor waiter, so reading next is
+// safe.
 func (s *Spacer) pruneLocked() {
 	now := time.Now()
 	for k, sl := range s.keys {
-		if sl.users == 0 && sl.next.Before(now) {
+		if !sl.busy && sl.next.Before(now) {
 			delete(s.keys, k)
 		}
 	}
