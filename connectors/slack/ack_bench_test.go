@@ -26,6 +26,11 @@ type ackLoad struct {
 	hog      bool // a busy-looping goroutine per core runs meanwhile
 }
 
+// ackPeople is how many people the benchmark's mentions come from, in
+// turn: one person's events keep their order (one lane), different
+// people's are handled side by side.
+const ackPeople = 50
+
 var ackLoads = []ackLoad{
 	{name: "one-channel", rate: 200, channels: 1},
 	{name: "one-channel-cpu-hog", rate: 200, channels: 1, hog: true},
@@ -35,17 +40,17 @@ var ackLoads = []ackLoad{
 // BenchmarkAckLatency measures how long Slack waits for its acknowledgement
 // (request in → HTTP 200; envelope sent → ack received, on the fake's clock)
 // while events arrive at a steady rate on loopback, each a member's mention
-// that the real core turns into a pending request with its parent, approval
-// card and DM posted through the outbox meanwhile. Each iteration is one
-// event. Loads: one-channel (200 events/s into one channel; -benchtime=2000x
+// (ackPeople people in turn) that the real core turns into a pending
+// request with its parent, approval card and DM posted through the outbox
+// meanwhile. Each iteration is one event. Loads: one-channel (200 events/s into one channel; -benchtime=2000x
 // is 10 s of load), one-channel-cpu-hog (the same while a goroutine per core,
 // runtime.NumCPU of them, busy-loops in this process), ten-channels (1,000
 // events/s over 10 channels). It reports p50, p99 and max in ms.
 //
 // The ack waits for the core's Handle (the request committed to the bolt
-// file). Top-level mentions need no order between them (each starts its own
-// thread), so they are handled concurrently and share the store's group
-// commit: handle-p50/p99 are the core's Handle alone, the rest of an ack's
+// file). Different people's top-level mentions need no order between them
+// (each starts its own thread), so they are handled concurrently and share
+// the store's group commit: handle-p50/p99 are the core's Handle alone, the rest of an ack's
 // latency is waiting for a worker; late counts the events acknowledged when
 // the ack budget ran out, before the core had stored them.
 func BenchmarkAckLatency(b *testing.B) {
@@ -71,12 +76,13 @@ func benchAck(b *testing.B, mode string, load ackLoad) {
 	bodies := make([][]byte, b.N)
 	for i := range bodies {
 		ch := chans[i%len(chans)]
+		who := fmt.Sprintf("U%d", 100+i%ackPeople) // one person's events keep their order
 		raw := fmt.Sprintf("<@%s> coder echo %d", slacktest.BotUserID, i)
-		ts, err := h.fake.AddUserMessage(ch, member, raw, "")
+		ts, err := h.fake.AddUserMessage(ch, who, raw, "")
 		if err != nil {
 			b.Fatal(err)
 		}
-		bodies[i] = slacktest.AppMentionEvent(fmt.Sprintf("EvB%07d", i), ch, member, raw, ts, "")
+		bodies[i] = slacktest.AppMentionEvent(fmt.Sprintf("EvB%07d", i), ch, who, raw, ts, "")
 	}
 	h.mention(member, "coder echo warm-up") // the connector runs
 	if load.hog {

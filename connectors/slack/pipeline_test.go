@@ -69,9 +69,9 @@ func pipelined(t *testing.T, mode string, g *gate) *harness {
 	return h
 }
 
-// Two top-level mentions of one channel need no order between them (each
-// starts a request and a thread of its own): while the core holds the first,
-// the second is handled, its request stored, and acknowledged.
+// Two people's top-level mentions in one channel need no order between them
+// (each starts a request and a thread of its own): while the core holds the
+// first, the second is handled, its request stored, and acknowledged.
 func TestTopLevelMentionsHandledConcurrently(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
@@ -80,7 +80,7 @@ func TestTopLevelMentionsHandledConcurrently(t *testing.T) {
 			h := pipelined(t, mode, g)
 			h.mention(member, "coder echo gated") // acknowledged when the budget runs out
 			g.waitEntered(t)
-			h.mention(member, "coder echo second")
+			h.mention(owner, "coder echo second")
 			g.trace.Await(t, "leave:coder echo second", waitFor)
 			if g.trace.Has("leave:coder echo gated") {
 				t.Fatal("the gated mention left the core before the gate opened")
@@ -90,6 +90,37 @@ func TestTopLevelMentionsHandledConcurrently(t *testing.T) {
 			}
 			close(g.open)
 			h.waitStore("both requests", func() bool { return len(h.requests()) == 2 })
+		})
+	}
+}
+
+// One person's two top-level mentions in a channel reach the core in the
+// order Slack sent them (their requests are numbered in the order they were
+// asked; a "cancel" then a "retry" run in that order): while the first is
+// held, the second waits.
+func TestOnePersonsMentionsKeepTheirOrder(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			g := newGate()
+			h := pipelined(t, mode, g)
+			h.mention(member, "coder echo gated")
+			g.waitEntered(t)
+			h.mention(member, "coder echo second") // queued: acknowledged, not refused
+			if g.trace.Has("enter:coder echo second") {
+				t.Fatalf("the second mention reached the core while the first was held: %q", g.trace.Lines())
+			}
+			close(g.open)
+			g.trace.Await(t, "leave:coder echo second", waitFor)
+			tr := g.trace.Lines()
+			if i, j := slices.Index(tr, "leave:coder echo gated"), slices.Index(tr, "enter:coder echo second"); i < 0 || j < i {
+				t.Errorf("trace %q: the second mention entered the core before the first left it", tr)
+			}
+			h.waitStore("both requests", func() bool { return len(h.requests()) == 2 })
+			rs := h.requests()
+			if rs[0].Ask != "echo gated" || rs[1].Ask != "echo second" {
+				t.Errorf("requests in ID order ask %q, %q: want the order they were asked in", rs[0].Ask, rs[1].Ask)
+			}
 		})
 	}
 }

@@ -127,14 +127,18 @@ func handled(done chan struct{}) bool {
 }
 
 // orderKey is the lane of ev (internal/lanes): the events of one card, of
-// one thread, or deliveries of one event keep their order; a top-level
-// mention starts a thread of its own and needs no order with any other.
+// one thread, and one person's top-level events in a channel keep their
+// order (their asks get their IDs in the order they asked, a "cancel" then
+// a "retry" run in that order, a redelivery follows its first delivery);
+// different people's top-level events need no order between them.
 func orderKey(ev chat.Event) string {
 	switch {
 	case ev.Click != nil:
 		return "card:" + ev.Click.BlockID
 	case ev.Thread != nil:
 		return "thread:" + ev.Channel + "/" + ev.Thread.ID
+	case ev.User != "":
+		return "user:" + ev.Channel + "/" + ev.User
 	case ev.ID != "":
 		return "event:" + ev.ID
 	}
