@@ -57,10 +57,10 @@ const noteActor = "system:runners"
 // per agent until x is back (call with h.mu held). Without a requests
 // service or outside Run it does nothing.
 func (h *Hub) startNotes(x *host) {
-	if h.o.Requests == nil || h.life == nil || x.noting {
-		return
+	if h.o.Requests == nil || h.life == nil || x.noting > 0 {
+		return // its workers run until x is back
 	}
-	x.noting = true
+	x.noting = len(x.cfg)
 	ctx := h.life
 	for _, a := range x.cfg {
 		h.notes.Go(func() { h.keepNotes(ctx, x, a) })
@@ -79,21 +79,30 @@ func (h *Hub) keepNotes(ctx context.Context, x *host, agent string) {
 		if x.gone {
 			at, _ := h.since(x)
 			note = queuedNote(agent, x.name, at)
-		} else {
-			x.noting = false
 		}
 		h.mu.Unlock()
 		if err := h.setNotes(ctx, agent, x.name, note); err != nil && ctx.Err() == nil {
 			h.o.Log.Warn("runners: noting why queued requests wait", "runner", x.name, "agent", agent, "error", err)
 		}
 		if note == "" {
-			return
+			// Back, the notes off: this worker ends, unless x went away
+			// again meanwhile (startNotes started no other: it was running).
+			h.mu.Lock()
+			back := !x.gone
+			if back {
+				x.noting--
+			}
+			h.mu.Unlock()
+			if back {
+				return
+			}
+			continue
 		}
 		select {
 		case <-sig:
 		case <-change:
 		case <-ctx.Done():
-			return
+			return // the term ended: Run waits for its workers, the next begins at 0
 		}
 	}
 }

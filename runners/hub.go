@@ -81,8 +81,10 @@ type host struct {
 	since    time.Time
 	lastSeen time.Time
 	// gone: silent past the grace; told: the room was told of this outage;
-	// noting: workers keep its agents' queued requests' notes.
-	gone, told, noting bool
+	// noting: how many workers keep its agents' queued requests' notes
+	// (one per agent, from the outage until they have taken the notes off).
+	noting     int
+	gone, told bool
 	// cfg are the agents the bridge's config gives this runner.
 	cfg []string
 	// change is closed (and replaced) whenever c or gone changes.
@@ -312,7 +314,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	h.mu.Lock()
 	h.started, h.life = h.o.Clock.Now(), ctx
 	for _, x := range h.host {
-		x.noting = false
+		x.noting = 0 // the last term's workers have ended (Run waits for them)
 		h.startNotes(x) // the notes an earlier leader left: off again
 	}
 	h.mu.Unlock()
