@@ -314,7 +314,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	h.mu.Lock()
 	h.started, h.life = h.o.Clock.Now(), ctx
 	for _, x := range h.host {
-		x.noting = 0 // the last term's workers have ended (Run waits for them)
+		x.noting = 0    // the last term's workers have ended (Run waits for them)
 		h.startNotes(x) // the notes an earlier leader left: off again
 	}
 	h.mu.Unlock()
