@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/roombridge/roombridge/agents"
@@ -299,9 +298,8 @@ func (b *Bridge) scheduler() error {
 	b.tools = mcptools.New(mcptools.Options{Requests: b.svc, Calls: b.sched, Log: b.log})
 	b.sched.Tools = b.tools
 	if b.opts.APIAddr != "" {
-		b.sched.MCPURL = mcptools.URL(b.opts.APIAddr)
 		// the agents on this host reach /mcp over TLS too, with http.tls_*
-		b.sched.MCPURL = strings.Replace(b.sched.MCPURL, "http://", b.opts.Config.HTTP.Scheme()+"://", 1)
+		b.sched.MCPURL = mcptools.URL(b.opts.Config.HTTP.Scheme(), b.opts.APIAddr)
 	}
 	return nil
 }

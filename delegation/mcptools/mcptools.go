@@ -461,13 +461,13 @@ func (t Tasks) TaskStatus(ctx context.Context, from requests.ID, taskID string) 
 }
 
 // URL is the address of the MCP endpoint that agents on this host use,
-// given the address the bridge's HTTP server listens on (after
-// net.Listen: the real port): an unspecified host (0.0.0.0, ::) becomes
-// the loopback address.
-func URL(addr string) string {
+// given the scheme of the bridge's HTTP server ("http", or "https" with
+// TLS) and the address it listens on (after net.Listen: the real port):
+// an unspecified host (0.0.0.0, ::) becomes the loopback address.
+func URL(scheme, addr string) string {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return "http://" + addr + "/mcp"
+		return scheme + "://" + addr + "/mcp"
 	}
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		host = "127.0.0.1"
@@ -475,5 +475,5 @@ func URL(addr string) string {
 			host = "::1"
 		}
 	}
-	return "http://" + net.JoinHostPort(host, port) + "/mcp"
+	return scheme + "://" + net.JoinHostPort(host, port) + "/mcp"
 }

@@ -70,7 +70,7 @@ func newEnv(t *testing.T, ags ...agents.Agent) *env {
 	m := mcptools.New(mcptools.Options{Requests: svc, Calls: sched})
 	hs := httptest.NewServer(m)
 	t.Cleanup(hs.Close)
-	sched.Tools, sched.MCPURL = m, mcptools.URL(hs.Listener.Addr().String())
+	sched.Tools, sched.MCPURL = m, mcptools.URL("http", hs.Listener.Addr().String())
 	return &env{t: t, ctx: context.Background(), svc: svc, del: del, appr: appr, sched: sched, mcp: m, url: sched.MCPURL}
 }
 
