@@ -94,6 +94,25 @@ func TestTopLevelMentionsHandledConcurrently(t *testing.T) {
 	}
 }
 
+// inOrder sends first (gated: the core holds it) and then second (queued:
+// acknowledged, not refused), and checks that second reaches the core only
+// once first has left it.
+func inOrder(t *testing.T, g *gate, what string, sendFirst func(), first string, sendSecond func(), second string) {
+	t.Helper()
+	sendFirst()
+	g.waitEntered(t)
+	sendSecond()
+	if g.trace.Has("enter:" + second) {
+		t.Fatalf("the second %s reached the core while the first was held: %q", what, g.trace.Lines())
+	}
+	close(g.open)
+	g.trace.Await(t, "leave:"+second, waitFor)
+	tr := g.trace.Lines()
+	if i, j := slices.Index(tr, "leave:"+first), slices.Index(tr, "enter:"+second); i < 0 || j < i {
+		t.Errorf("trace %q: the second %s entered the core before the first left it", tr, what)
+	}
+}
+
 // One person's two top-level mentions in a channel reach the core in the
 // order Slack sent them (their requests are numbered in the order they were
 // asked; a "cancel" then a "retry" run in that order): while the first is
@@ -104,18 +123,8 @@ func TestOnePersonsMentionsKeepTheirOrder(t *testing.T) {
 			t.Parallel()
 			g := newGate()
 			h := pipelined(t, mode, g)
-			h.mention(member, "coder echo gated")
-			g.waitEntered(t)
-			h.mention(member, "coder echo second") // queued: acknowledged, not refused
-			if g.trace.Has("enter:coder echo second") {
-				t.Fatalf("the second mention reached the core while the first was held: %q", g.trace.Lines())
-			}
-			close(g.open)
-			g.trace.Await(t, "leave:coder echo second", waitFor)
-			tr := g.trace.Lines()
-			if i, j := slices.Index(tr, "leave:coder echo gated"), slices.Index(tr, "enter:coder echo second"); i < 0 || j < i {
-				t.Errorf("trace %q: the second mention entered the core before the first left it", tr)
-			}
+			inOrder(t, g, "mention", func() { h.mention(member, "coder echo gated") }, "coder echo gated",
+				func() { h.mention(member, "coder echo second") }, "coder echo second")
 			h.waitStore("both requests", func() bool { return len(h.requests()) == 2 })
 			rs := h.requests()
 			if rs[0].Ask != "echo gated" || rs[1].Ask != "echo second" {
@@ -147,18 +156,7 @@ func TestRepliesInOneThreadKeepTheirOrder(t *testing.T) {
 				}
 				h.deliver(slacktest.MessageEvent(h.eventID(), channel, member, text, ts, parent))
 			}
-			reply("first gated")
-			g.waitEntered(t)
-			reply("second") // queued: acknowledged (200, an ack), not refused
-			if g.trace.Has("enter:second") {
-				t.Fatalf("the second reply reached the core while the first was held: %q", g.trace.Lines())
-			}
-			close(g.open)
-			g.trace.Await(t, "leave:second", waitFor)
-			tr := g.trace.Lines()
-			if i, j := slices.Index(tr, "leave:first gated"), slices.Index(tr, "enter:second"); i < 0 || j < i {
-				t.Errorf("trace %q: the second reply entered the core before the first left it", tr)
-			}
+			inOrder(t, g, "reply", func() { reply("first gated") }, "first gated", func() { reply("second") }, "second")
 		})
 	}
 }
