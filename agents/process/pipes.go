@@ -3,19 +3,9 @@ package process
 import (
 	"encoding/json"
 	"io"
-	"os/exec"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 )
-
-// killGroup signals the agent's whole process group.
-func killGroup(cmd *exec.Cmd, sig syscall.Signal) {
-	if cmd.Process != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, sig)
-	}
-}
 
 // stdinWriter writes messages to the agent's stdin from its own goroutine,
 // so that an agent that does not read never blocks the turn. Write errors
@@ -60,28 +50,6 @@ func (s *stdinWriter) close() {
 		s.closed = true
 		close(s.msgs)
 	}
-}
-
-// tailBuffer keeps the last stderrTail bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if len(b.buf) > stderrTail {
-		b.buf = b.buf[len(b.buf)-stderrTail:]
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
 }
 
 // Environ is environ without the variables named in hide: what an agent

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/internal/procgroup"
 	"github.com/roombridge/roombridge/requests"
 )
 
@@ -91,11 +92,14 @@ func (p *process) run(ctx context.Context, t agents.Turn, sink agents.Sink) (age
 	cmd := exec.Command(p.argv[0], p.argv[1:]...)
 	cmd.Dir = p.dir
 	cmd.Env = append(Environ(os.Environ(), p.hide), p.env...)
-	cmd.SysProcAttr = sysProcAttr()
+	// Its own process group (stop signals reach its children too); SIGTERM
+	// from the kernel if the bridge dies, so that a killed bridge leaves no
+	// agent working unsupervised next to the resumed one.
+	cmd.SysProcAttr = procgroup.Attr(syscall.SIGTERM)
 	// A grandchild that keeps stderr open must not keep Wait from returning.
 	cmd.WaitDelay = p.grace
-	var stderr tailBuffer
-	cmd.Stderr = &stderr
+	stderr := &procgroup.Tail{Max: stderrTail}
+	cmd.Stderr = stderr
 	// Our own pipe (not StdoutPipe) so that Wait may run while stdout is
 	// still being read: an agent that exits while a grandchild holds stdout
 	// open is noticed.
@@ -118,7 +122,7 @@ func (p *process) run(ctx context.Context, t agents.Turn, sink agents.Sink) (age
 		return agents.Outcome{}, fmt.Errorf("start %s: %w", p.argv[0], err)
 	}
 	outW.Close()
-	d := &driver{p: p, cmd: cmd, sink: sink, stderr: &stderr, stdout: outR}
+	d := &driver{p: p, cmd: cmd, sink: sink, stderr: stderr, stdout: outR}
 	if stdin != nil {
 		d.in = newStdinWriter(stdin)
 		d.in.send(p.turn)
@@ -132,7 +136,7 @@ type driver struct {
 	cmd    *exec.Cmd
 	sink   agents.Sink
 	in     *stdinWriter // nil: no stdin protocol
-	stderr *tailBuffer
+	stderr *procgroup.Tail
 
 	inTool     int
 	cancelling bool
@@ -470,7 +474,7 @@ func (d *driver) fail(err error) {
 		d.failure = err
 	}
 	d.stopTimer()
-	killGroup(d.cmd, syscall.SIGKILL)
+	_ = procgroup.Signal(d.cmd.Process, syscall.SIGKILL)
 	d.stage = len(stopSignals)
 	d.arm()
 }
@@ -479,7 +483,7 @@ func (d *driver) fail(err error) {
 func (d *driver) escalate() {
 	d.stopTimer()
 	if d.stage < len(stopSignals) {
-		killGroup(d.cmd, stopSignals[d.stage])
+		_ = procgroup.Signal(d.cmd.Process, stopSignals[d.stage])
 		d.stage++
 	}
 	d.arm()

@@ -5,9 +5,10 @@
 package bgcmd
 
 import (
-	"bytes"
 	"os/exec"
-	"sync"
+	"syscall"
+
+	"github.com/roombridge/roombridge/internal/procgroup"
 )
 
 // MaxOutput bounds the output a command keeps (its tail).
@@ -16,15 +17,18 @@ const MaxOutput = 16 << 10
 // Cmd is a started background command.
 type Cmd struct {
 	cmd *exec.Cmd
-	out tail
+	out procgroup.Tail
 }
 
 // Start starts argv in dir ("": the current directory).
 func Start(dir string, argv []string) (*Cmd, error) {
-	c := &Cmd{cmd: exec.Command(argv[0], argv[1:]...)}
+	c := &Cmd{cmd: exec.Command(argv[0], argv[1:]...), out: procgroup.Tail{Max: MaxOutput}}
 	c.cmd.Dir = dir
 	c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
-	c.cmd.SysProcAttr = sysProcAttr()
+	// Its own process group (a stop reaches its children too); the kernel
+	// kills it if its parent dies: a task never works on unsupervised after
+	// a crash, the restarted bridge (or runner) ends it as interrupted.
+	c.cmd.SysProcAttr = procgroup.Attr(syscall.SIGKILL)
 	if err := c.cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -39,25 +43,8 @@ func (c *Cmd) Wait() (output string, err error) {
 }
 
 // Kill kills the command's process group (the process and its children).
-func (c *Cmd) Kill() { killGroup(c.cmd.Process) }
-
-type tail struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf.Write(p)
-	if over := t.buf.Len() - MaxOutput; over > 0 {
-		t.buf.Next(over)
+func (c *Cmd) Kill() {
+	if err := procgroup.Signal(c.cmd.Process, syscall.SIGKILL); err != nil {
+		_ = c.cmd.Process.Kill()
 	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.buf.String()
 }
