@@ -83,23 +83,15 @@ func (s *Service) ReconcileTasks(ctx context.Context, runner string, agents, ali
 	watch := map[string]string{}
 	err = s.svc.Store().Update(ctx, func(tx store.Tx) error {
 		stop, watch = nil, map[string]string{}
+		ts, err := openTasksTx(tx, func(e openEntry) bool { return slices.Contains(agents, e.agent) })
+		if err != nil {
+			return err
+		}
 		open := map[string]Task{}
-		err := tx.Scan(bucketTasksOpen, "a/", store.PrefixEnd("a/"), func(k string, _ []byte) error {
-			parts := strings.Split(strings.TrimPrefix(k, "a/"), "/")
-			if len(parts) != 3 || !slices.Contains(agents, parts[1]) {
-				return nil
-			}
-			var t Task
-			if err := store.GetJSON(tx, bucketTasks, TaskKey(parts[0], parts[2]), &t); err != nil {
-				return err
-			}
+		for _, t := range ts {
 			if t.Run.IsZero() {
 				open[TaskKey(t.Owner, t.ID)] = t
 			}
-			return nil
-		})
-		if err != nil {
-			return err
 		}
 		for k, t := range open {
 			if known(k) {

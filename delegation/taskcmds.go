@@ -166,21 +166,23 @@ func (s *Service) taskCommand(ctx context.Context, id, actor, surface, action st
 // open index, an ended one by a scan of the tasks.
 func findTaskTx(tx store.Tx, id string, t *Task) (bool, error) {
 	key := ""
-	find := func(k string, _ []byte) error {
-		if strings.HasSuffix(k, "/"+id) {
-			key = k
+	err := scanOpenTx(tx, func(e openEntry) error {
+		if e.id == id {
+			key = TaskKey(e.owner, id)
 			return store.ErrStop
 		}
 		return nil
+	})
+	if err == nil && key == "" {
+		err = tx.Scan(bucketTasks, "", "", func(k string, _ []byte) error {
+			if strings.HasSuffix(k, "/"+id) {
+				key = k
+				return store.ErrStop
+			}
+			return nil
+		})
 	}
-	if err := tx.Scan(bucketTasksOpen, "a/", store.PrefixEnd("a/"), find); err != nil {
-		return false, err
-	}
-	if key != "" {
-		rest := strings.TrimPrefix(key, "a/")
-		owner, _, _ := strings.Cut(rest, "/")
-		key = owner + "/" + id
-	} else if err := tx.Scan(bucketTasks, "", "", find); err != nil {
+	if err != nil {
 		return false, err
 	}
 	if key == "" {

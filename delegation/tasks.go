@@ -136,7 +136,41 @@ type tasks struct {
 }
 
 func (t *Task) agentKey() string { return "a/" + t.Owner + "/" + t.Agent + "/" + t.ID }
-func (t *Task) reqKey() string   { return "r/" + t.Owner + "/" + t.Request.Key() + "/" + t.ID }
+
+// openEntry is an entry of the open index by agent (Task.agentKey).
+type openEntry struct{ owner, agent, id string }
+
+// scanOpenTx calls fn for each running task's entry in the open index by
+// agent; fn may return store.ErrStop.
+func scanOpenTx(tx store.Tx, fn func(openEntry) error) error {
+	return tx.Scan(bucketTasksOpen, "a/", store.PrefixEnd("a/"), func(k string, _ []byte) error {
+		rest := k[len("a/"):]
+		owner, rest, _ := strings.Cut(rest, "/")
+		i := strings.LastIndex(rest, "/")
+		if i < 0 {
+			return nil
+		}
+		return fn(openEntry{owner: owner, agent: rest[:i], id: rest[i+1:]})
+	})
+}
+
+// openTasksTx reads the running tasks whose entry keep accepts (nil: all).
+func openTasksTx(tx store.Tx, keep func(openEntry) bool) ([]Task, error) {
+	var ts []Task
+	err := scanOpenTx(tx, func(e openEntry) error {
+		if keep != nil && !keep(e) {
+			return nil
+		}
+		var t Task
+		if err := store.GetJSON(tx, bucketTasks, TaskKey(e.owner, e.id), &t); err != nil {
+			return err
+		}
+		ts = append(ts, t)
+		return nil
+	})
+	return ts, err
+}
+func (t *Task) reqKey() string { return "r/" + t.Owner + "/" + t.Request.Key() + "/" + t.ID }
 
 // runKey is the open index of an agent run by its request.
 func runKey(owner string, run requests.ID) string { return "q/" + owner + "/" + run.Key() }
@@ -478,17 +512,7 @@ func (s *Service) Recover(ctx context.Context) error {
 	s.tasks.starting.Lock()
 	defer s.tasks.starting.Unlock()
 	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
-		var ts []Task
-		err := tx.Scan(bucketTasksOpen, "a/", store.PrefixEnd("a/"), func(k string, _ []byte) error {
-			rest := strings.TrimPrefix(k, "a/")
-			owner, _, _ := strings.Cut(rest, "/")
-			var t Task
-			if err := store.GetJSON(tx, bucketTasks, owner+"/"+rest[strings.LastIndex(rest, "/")+1:], &t); err != nil {
-				return err
-			}
-			ts = append(ts, t)
-			return nil
-		})
+		ts, err := openTasksTx(tx, nil)
 		if err != nil {
 			return err
 		}
