@@ -17,6 +17,7 @@ import (
 	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/agents/process"
 	"github.com/roombridge/roombridge/approvals"
+	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/core/coretest"
 	"github.com/roombridge/roombridge/internal/fakemodel"
@@ -235,8 +236,20 @@ func (e *runnerEnv) hostedChecks(id requests.ID, r *requests.Request) {
 	if r.State != requests.Done || r.Result != "demo answered: final" {
 		e.t.Fatalf("%s %s: result %q reason %q\nthread:\n%s", id, r.State, r.Result, r.Reason, e.thread(id))
 	}
-	if !e.audited(id, "ask_agent") {
-		e.t.Error("the request's audit trail has no ask_agent: the call did not reach the bridge as this request's")
+	// The call reached the bridge as this request's (the turn's token):
+	// demo's request is delegated by it, and its ID came back to the CLI.
+	demo := e.delegated(id)
+	if d := e.get(demo); d.DelegatedBy != id || d.Agent != "demo" {
+		e.t.Errorf("%s: agent %s delegated by %s, want demo by %s", demo, d.Agent, d.DelegatedBy, id)
+	}
+	back := false
+	for _, m := range e.model.Requests() {
+		if out, ok := m.ToolResult(); ok && strings.Contains(out, demo.String()) {
+			back = true
+		}
+	}
+	if !back {
+		e.t.Errorf("no model call carries ask_agent's answer (%s)", demo)
 	}
 	if m := e.lastMain(); !m.Has("PONG") {
 		e.t.Errorf("the last model call lacks demo's answer: %.400s", m.Body)
@@ -258,6 +271,27 @@ func (e *runnerEnv) approve(id requests.ID) {
 		return err == nil
 	})
 	e.decide(id, 1, approvals.Approve)
+}
+
+// delegated is the request id's agent asked (its ask_agent audit record:
+// "asked demo: ID (text)").
+func (e *runnerEnv) delegated(id requests.ID) requests.ID {
+	e.t.Helper()
+	recs, err := audit.List(context.Background(), e.b.DB, audit.Query{RequestID: id.String()}, 0)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, r := range recs {
+		if f := strings.Fields(r.Detail); r.Action == "ask_agent" && len(f) >= 3 {
+			d, err := requests.ParseID(f[2])
+			if err != nil {
+				e.t.Fatalf("ask_agent record %q: %v", r.Detail, err)
+			}
+			return d
+		}
+	}
+	e.t.Fatal("the request's audit trail has no ask_agent: the call did not reach the bridge as this request's")
+	return requests.ID{}
 }
 
 // TestClaudeOnRunner: Claude Code on a runner asks demo through the
