@@ -75,15 +75,15 @@ func (p *mcpProxy) gate(next http.Handler) http.Handler {
 		c := p.r.current()
 		switch {
 		case lt == nil:
-			http.Error(w, `{"error":"unknown or expired token"}`, http.StatusUnauthorized)
+			jsonError(w, http.StatusUnauthorized, "unknown or expired token")
 			return
 		case c == nil:
-			http.Error(w, `{"error":"the runner is not connected to the bridge; retry"}`, http.StatusServiceUnavailable)
+			jsonError(w, http.StatusServiceUnavailable, "the runner is not connected to the bridge; retry")
 			return
 		}
 		base, err := url.Parse(c.base)
 		if err != nil {
-			http.Error(w, `{"error":"the runner's bridge URL is bad"}`, http.StatusInternalServerError)
+			jsonError(w, http.StatusInternalServerError, "the runner's bridge URL is bad")
 			return
 		}
 		up := upstream{base: base, token: lt.bridgeToken()}
@@ -113,13 +113,20 @@ func (p *mcpProxy) rewrite(pr *httputil.ProxyRequest) {
 // certificate it does not trust) and logs why: the agent sees a 502 with
 // the reason.
 func (p *mcpProxy) failed(w http.ResponseWriter, req *http.Request, err error) {
-	up, _ := req.Context().Value(upstreamKey{}).(upstream)
+	if req.Context().Err() != nil { // the agent gave up on the call: nobody to answer
+		return
+	}
 	bridge := ""
-	if up.base != nil {
+	if up, ok := req.Context().Value(upstreamKey{}).(upstream); ok {
 		bridge = up.base.String()
 	}
 	p.r.o.Log.Warn("runner: mcp call not forwarded", "url", bridge, "method", req.Method, "error", err)
+	jsonError(w, http.StatusBadGateway, "runner: the bridge's /mcp: "+err.Error())
+}
+
+// jsonError answers the agent with status and {"error": msg}.
+func jsonError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusBadGateway)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": "runner: the bridge's /mcp: " + err.Error()})
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
 }
