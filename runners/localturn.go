@@ -104,6 +104,14 @@ func (lt *localTurn) acked(seq int) (forget bool) {
 	return false
 }
 
+// over reports whether the turn has ended (its done frame is kept until
+// acknowledged).
+func (lt *localTurn) over() bool {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	return lt.ended
+}
+
 // buffered is how many frames the turn keeps.
 func (lt *localTurn) buffered() int {
 	lt.mu.Lock()

@@ -82,6 +82,10 @@ type Turn struct {
 	// turn resends the frames after it (and its calls not answered yet); a
 	// new one numbers its frames from it.
 	After int `json:"after,omitempty"`
+	// New: the turn's first send, and not a resumed turn: a new turn of
+	// the request (its first, or the next after a wake), never a
+	// re-attach to an ended one the runner still keeps.
+	New bool `json:"new,omitempty"`
 }
 
 // Job is a background command of a runner-hosted agent (delegation's

@@ -83,7 +83,7 @@ func (r *Runtime) Run(ctx context.Context, t agents.Turn, sink agents.Sink) (age
 		if err != nil {
 			return agents.Outcome{}, err
 		}
-		tr.marks, tr.seq, tr.acked = ms, mark, mark
+		tr.marks, tr.seq = ms, mark
 	}
 	defer tr.leave()
 	for {
@@ -156,13 +156,16 @@ func (tr *turnRun) send(ctx context.Context, x *host, c *conn) error {
 	restart := !first && !live
 	tr.sent = c
 	w := &Turn{RequestID: tr.t.RequestID, Agent: tr.t.Agent, Session: tr.t.Session, Resumed: tr.t.Resumed || restart,
-		Input: tr.t.Input, MCPToken: tr.t.MCPToken, After: tr.seq}
+		Input: tr.t.Input, MCPToken: tr.t.MCPToken, After: tr.seq, New: first && !tr.t.Resumed}
 	if err := c.send(Frame{Type: FrameTurn, Request: tr.t.RequestID, Turn: w}); err != nil {
 		h.o.Log.Warn("runner: sending a turn failed; waiting for the runner", "runner", x.name, "request_id", tr.t.RequestID, "error", err)
 		tr.sent = nil
 		return nil
 	}
 	tr.flush(c)
+	if tr.seq > 0 {
+		tr.ack() // the runner may drop what the store has (a new leader never acked it)
+	}
 	// A turn started again (its process died: a runner restart, within
 	// the grace or past it) tells its thread; one that never ran does not.
 	if restart || tr.interrupted && !live && tr.t.Resumed {
