@@ -99,7 +99,7 @@ func (s *Scheduler) call(ctx context.Context, id requests.ID, ev TurnEvent, key 
 		}
 		return Response{OK: true, TaskID: t.ID, Task: &t}
 	case EventProgress:
-		refusal, err := s.progress(ctx, id, ev.Percent, ev.Text)
+		refusal, err := s.progress(ctx, id, ev.Percent, ev.Text, nil)
 		switch {
 		case err != nil:
 			return Response{Error: err.Error()}
@@ -338,8 +338,9 @@ func refusedTx(tx store.Tx, svc *requests.Service, r *requests.Request, detail s
 // progress records a progress report of request id's agent. Bad input (a
 // percent outside 0-100) or a request that is not running is refused: the
 // refusal is returned and audited in the same transaction, and nothing
-// changes. err is a store error.
-func (s *Scheduler) progress(ctx context.Context, id requests.ID, percent int, text string) (refusal string, err error) {
+// changes. err is a store error. also, when not nil, writes in the same
+// transaction (a marking sink's mark: the report is applied either way).
+func (s *Scheduler) progress(ctx context.Context, id requests.ID, percent int, text string, also func(store.Tx) error) (refusal string, err error) {
 	text = s.svc.Clip(text)
 	err = s.durably(ctx, func() error {
 		return s.svc.Store().Update(ctx, func(tx store.Tx) error {
@@ -347,6 +348,11 @@ func (s *Scheduler) progress(ctx context.Context, id requests.ID, percent int, t
 			r, err := s.svc.GetTx(tx, id)
 			if err != nil {
 				return err
+			}
+			if also != nil {
+				if err := also(tx); err != nil {
+					return err
+				}
 			}
 			switch {
 			case percent < 0 || percent > 100:

@@ -150,6 +150,11 @@ type turnRecord struct {
 	// undelivered if there is none). An agent that repeats its calls then
 	// gets, at the next turn, the result of a call it repeated, once.
 	Upto string `json:"upto,omitempty"`
+	// Mark is how far a runtime that runs the turn elsewhere got: the
+	// last of its numbered reports applied (see sink.Marking), written in
+	// the transaction that applied it; a resumed turn keeps it, the next
+	// turn starts again at 0.
+	Mark int `json:"mark,omitempty"`
 }
 
 // turnTx returns running request r's current turn, and whether it has had

@@ -69,11 +69,17 @@ type sink struct {
 	key     string
 	turn    int
 	resumed bool
+	// mark, when not 0, is stored as the turn's mark with each durable
+	// report (Marking).
+	mark int
 }
 
 func (k *sink) update(ctx context.Context, action, detail string, fn func(*requests.Request)) error {
 	return k.s.durably(ctx, func() error {
 		return k.s.svc.Store().Update(ctx, func(tx store.Tx) error {
+			if err := k.markTx(tx); err != nil {
+				return err
+			}
 			_, err := k.s.svc.UpdateTx(tx, k.id, "agent", action, detail, fn)
 			return err
 		})
@@ -101,7 +107,7 @@ func (k *sink) Tool(ctx context.Context, phase, name string) error {
 // tool report_progress (Scheduler.Call); for an exec agent a refused report
 // is a protocol error that fails the turn.
 func (k *sink) Progress(ctx context.Context, percent int, text string) error {
-	refusal, err := k.s.progress(ctx, k.id, percent, text)
+	refusal, err := k.s.progress(ctx, k.id, percent, text, k.markTx)
 	if err == nil && refusal != "" {
 		err = fmt.Errorf("%w: %s", ErrProtocol, refusal)
 	}
@@ -115,6 +121,9 @@ func (k *sink) Message(ctx context.Context, text string) error {
 		return k.s.svc.Store().Update(ctx, func(tx store.Tx) error {
 			r, err := k.s.svc.GetTx(tx, k.id)
 			if err != nil {
+				return err
+			}
+			if err := k.markTx(tx); err != nil {
 				return err
 			}
 			return k.s.threads.Reply(tx, r, chat.Message{Kind: "reply", Text: text})

@@ -25,9 +25,7 @@ type localTurn struct {
 	frames []Frame
 	// on is the connection the bridge last gave (or re-attached) the turn
 	// on: frames go out only on it, so none overtakes a resend.
-	on *rconn
-	// sent is the last Seq the runner sent without an error.
-	sent    int
+	on      *rconn
 	ended   bool
 	token   string // the bridge's tool token of the turn
 	local   string // the agent's token at the runner's MCP endpoint
@@ -84,10 +82,8 @@ func (lt *localTurn) emit(f Frame) {
 	}
 	on := lt.on
 	lt.mu.Unlock()
-	if on != nil && on == lt.r.current() && on.send(f) == nil {
-		lt.mu.Lock()
-		lt.sent = max(lt.sent, f.Seq)
-		lt.mu.Unlock()
+	if on != nil && on == lt.r.current() {
+		_ = on.send(f) // a frame lost with the connection is resent on the next
 	}
 }
 
@@ -108,6 +104,14 @@ func (lt *localTurn) acked(seq int) (forget bool) {
 	return false
 }
 
+// over reports whether the turn has ended (its done frame is kept until
+// acknowledged).
+func (lt *localTurn) over() bool {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	return lt.ended
+}
+
 // buffered is how many frames the turn keeps.
 func (lt *localTurn) buffered() int {
 	lt.mu.Lock()
@@ -115,9 +119,10 @@ func (lt *localTurn) buffered() int {
 	return len(lt.frames)
 }
 
-// reattach resends on c the frames after t.After (the bridge is back, or
-// a new leader adopts the turn); the turn's new frames go out on c after
-// them.
+// reattach resends on c the frames after t.After, the last the bridge's
+// store has applied (the bridge is back, or a new leader adopts the
+// turn), and the calls not answered yet; the turn's new frames go out on c
+// after them.
 func (lt *localTurn) reattach(c *rconn, t Turn) {
 	lt.out.Lock()
 	defer lt.out.Unlock()
@@ -128,9 +133,7 @@ func (lt *localTurn) reattach(c *rconn, t Turn) {
 	}
 	var resend []Frame
 	for _, f := range lt.frames {
-		switch {
-		case !t.Adopt && f.Seq > t.After,
-			t.Adopt && (f.Seq > lt.sent || f.Type == FrameDone || (f.Type == FrameCall && lt.replies[f.Event.ID] != nil)):
+		if f.Seq > t.After || f.Type == FrameCall && lt.replies[f.Event.ID] != nil {
 			resend = append(resend, f)
 		}
 	}

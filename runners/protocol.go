@@ -77,13 +77,15 @@ type Turn struct {
 	Resumed   bool           `json:"resumed,omitempty"`
 	Input     []agents.Input `json:"input,omitempty"`
 	MCPToken  string         `json:"mcp_token,omitempty"`
-	// After is the last Seq the bridge applied: a live turn resends the
-	// frames after it; a new one numbers its frames from it. Adopt: this
-	// bridge never had the turn (a new leader): a live turn resends only
-	// what no bridge may have seen (frames it could not send, calls not
-	// answered, its end).
-	After int  `json:"after,omitempty"`
-	Adopt bool `json:"adopt,omitempty"`
+	// After is the last Seq the bridge applied, as its store says (any
+	// leader knows it: it is written with each applied report): a live
+	// turn resends the frames after it (and its calls not answered yet); a
+	// new one numbers its frames from it.
+	After int `json:"after,omitempty"`
+	// New: the turn's first send, and not a resumed turn: a new turn of
+	// the request (its first, or the next after a wake), never a
+	// re-attach to an ended one the runner still keeps.
+	New bool `json:"new,omitempty"`
 }
 
 // Job is a background command of a runner-hosted agent (delegation's

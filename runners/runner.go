@@ -247,7 +247,10 @@ func (r *Runner) handle(ctx context.Context, c *rconn, f Frame) {
 		if f.Turn == nil {
 			return
 		}
-		if lt != nil {
+		// A new turn of the request (its first, or the next after a
+		// wake): an ended one the runner still keeps (its end's ack was
+		// lost) is over, not to be re-attached.
+		if lt != nil && !(f.Turn.New && lt.over()) {
 			lt.reattach(c, *f.Turn)
 			return
 		}

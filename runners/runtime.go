@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"github.com/roombridge/roombridge/agents"
+	"github.com/roombridge/roombridge/internal/failpoint"
+	"github.com/roombridge/roombridge/store"
 )
 
 // Runtime is the agents.Runtime of an agent hosted by a runner: it sends
@@ -38,8 +40,28 @@ type turnRun struct {
 	interrupted   bool
 	cancel, drain <-chan struct{}
 	replies       chan Frame
-	// pending are replies to calls not yet sent (the runner was away).
+	// pending are replies to calls not yet sent (the runner was away);
+	// calls are the calls this Run served, by ID: nil while being served,
+	// then the reply (a call resent after a reconnect is never served
+	// twice by one Run: it gets its reply again).
 	pending []Frame
+	calls   map[string]*Frame
+	// marks, when the sink is the scheduler's, stores each applied
+	// frame's Seq with the frame's own write (nil: tr.seq is memory only).
+	marks markSink
+}
+
+// markSink is the scheduler's sink as a runner turn uses it: where the
+// turn stands (the Seq of the last frame applied) is stored with each
+// report, in the report's own transaction, so that any leader (this one
+// after a restart, a new one) asks the runner for the frames after it and
+// applies each durable report exactly once. *agents.sink implements it.
+type markSink interface {
+	agents.Sink
+	// Mark is the last Seq stored for the turn (0: none).
+	Mark(ctx context.Context) (int, error)
+	// Marking is the sink whose reports also store seq.
+	Marking(seq int) agents.Sink
 }
 
 // flush sends the pending replies on c.
@@ -55,7 +77,14 @@ func (tr *turnRun) flush(c *conn) {
 // Run implements agents.Runtime.
 func (r *Runtime) Run(ctx context.Context, t agents.Turn, sink agents.Sink) (agents.Outcome, error) {
 	tr := &turnRun{h: r.Hub, t: t, sink: sink, frames: make(chan Frame, 64), cancel: t.Cancel, drain: t.Drain,
-		replies: make(chan Frame, 8)}
+		replies: make(chan Frame, 8), calls: map[string]*Frame{}}
+	if ms, ok := sink.(markSink); ok {
+		mark, err := ms.Mark(ctx)
+		if err != nil {
+			return agents.Outcome{}, err
+		}
+		tr.marks, tr.seq = ms, mark
+	}
 	defer tr.leave()
 	for {
 		x, c, gone, change := tr.where(r.Agent)
@@ -73,6 +102,7 @@ func (r *Runtime) Run(ctx context.Context, t agents.Turn, sink agents.Sink) (age
 				return out, err
 			}
 		case f := <-tr.replies:
+			tr.calls[f.Response.ID] = &f
 			tr.pending = append(tr.pending, f)
 			tr.flush(c)
 		case <-change:
@@ -126,13 +156,16 @@ func (tr *turnRun) send(ctx context.Context, x *host, c *conn) error {
 	restart := !first && !live
 	tr.sent = c
 	w := &Turn{RequestID: tr.t.RequestID, Agent: tr.t.Agent, Session: tr.t.Session, Resumed: tr.t.Resumed || restart,
-		Input: tr.t.Input, MCPToken: tr.t.MCPToken, After: tr.seq, Adopt: live && first}
+		Input: tr.t.Input, MCPToken: tr.t.MCPToken, After: tr.seq, New: first && !tr.t.Resumed}
 	if err := c.send(Frame{Type: FrameTurn, Request: tr.t.RequestID, Turn: w}); err != nil {
 		h.o.Log.Warn("runner: sending a turn failed; waiting for the runner", "runner", x.name, "request_id", tr.t.RequestID, "error", err)
 		tr.sent = nil
 		return nil
 	}
 	tr.flush(c)
+	if tr.seq > 0 {
+		tr.ack() // the runner may drop what the store has (a new leader never acked it)
+	}
 	// A turn started again (its process died: a runner restart, within
 	// the grace or past it) tells its thread; one that never ran does not.
 	if restart || tr.interrupted && !live && tr.t.Resumed {
@@ -175,45 +208,51 @@ func (tr *turnRun) tell(c *conn, typ string) {
 // apply feeds frame f to the sink, once (frames resent after a reconnect
 // are skipped). done: the turn ended with out, err.
 func (tr *turnRun) apply(ctx context.Context, f Frame) (done bool, out agents.Outcome, err error) {
-	if f.Seq <= tr.seq {
+	switch {
+	case f.Type == FrameCall:
+		// A call not answered yet is resent whatever its Seq (a new
+		// leader must serve it: the call journal makes it idempotent).
+		tr.call(ctx, f)
+	case f.Seq <= tr.seq:
 		return false, out, nil
-	}
-	tr.seq = f.Seq
-	switch f.Type {
-	case FrameEvent:
-		err = tr.event(ctx, f)
-	case FrameCall:
-		ev := *f.Event
-		go func() {
-			resp := tr.sink.Call(ctx, ev)
-			select {
-			case tr.replies <- Frame{Type: FrameReply, Request: tr.t.RequestID, Response: &resp}:
-			case <-ctx.Done():
+	case f.Type == FrameEvent:
+		failpoint.Hit(failpoint.FrameReceived)
+		if err := tr.event(ctx, f); err != nil {
+			// The scheduler refused a report: the turn fails as a local
+			// one would; the runner is told to stop it. A store that
+			// failed or stopped (a lost lead, a shutdown) cut the turn
+			// instead: it goes on at the runner, for whoever resumes it.
+			if ctx.Err() == nil && !store.Transient(err) && !errors.Is(err, store.ErrFenced) && !errors.Is(err, store.ErrClosed) {
+				tr.tell(tr.sent, FrameCancel)
 			}
-		}()
-	case FrameDone:
+			return true, agents.Outcome{}, err
+		}
+	case f.Type == FrameDone:
+		tr.seq = f.Seq
 		tr.ack()
-		if f.Outcome != nil {
-			out = *f.Outcome
-		}
-		switch {
-		case f.Interrupted:
-			return true, out, fmt.Errorf("%s: %w", f.Error, agents.ErrInterrupted)
-		case f.Error != "":
-			return true, out, errors.New(f.Error)
-		}
-		return true, out, nil
+		out, err := f.outcome()
+		return true, out, err
 	}
-	if err != nil {
-		// The scheduler refused a report: the turn fails as a local one
-		// would; the runner is told to stop it.
-		tr.tell(tr.sent, FrameCancel)
-		return true, agents.Outcome{}, err
-	}
+	tr.seq = max(tr.seq, f.Seq)
 	if tr.seq-tr.acked >= AckEvery {
 		tr.ack()
 	}
 	return false, out, nil
+}
+
+// outcome is the turn's end that done frame f carries.
+func (f Frame) outcome() (agents.Outcome, error) {
+	var out agents.Outcome
+	if f.Outcome != nil {
+		out = *f.Outcome
+	}
+	switch {
+	case f.Interrupted:
+		return out, fmt.Errorf("%s: %w", f.Error, agents.ErrInterrupted)
+	case f.Error != "":
+		return out, errors.New(f.Error)
+	}
+	return out, nil
 }
 
 // AckEvery is how many applied frames of a turn the bridge acknowledges
@@ -221,7 +260,8 @@ func (tr *turnRun) apply(ctx context.Context, f Frame) (done bool, out agents.Ou
 const AckEvery = 16
 
 // ack tells the runner that the frames through tr.seq are applied (the
-// sink's reports are committed to the store when it returns).
+// sink's reports, and their mark, are committed to the store when it
+// returns; calls are kept by the runner until answered).
 func (tr *turnRun) ack() {
 	if tr.sent != nil && tr.sent.send(Frame{Type: FrameAck, Request: tr.t.RequestID, Seq: tr.seq}) == nil {
 		tr.acked = tr.seq
@@ -233,16 +273,48 @@ func (tr *turnRun) event(ctx context.Context, f Frame) error {
 	if ev == nil {
 		return nil
 	}
+	sink := tr.sink
+	if tr.marks != nil {
+		sink = tr.marks.Marking(f.Seq)
+	}
 	switch ev.Type {
 	case agents.EventSession:
 		tr.t.Session = ev.ID
-		return tr.sink.Session(ctx, ev.ID)
+		return sink.Session(ctx, ev.ID)
 	case agents.EventTool:
-		return tr.sink.Tool(ctx, ev.Phase, ev.Name)
+		return sink.Tool(ctx, ev.Phase, ev.Name)
 	case agents.EventProgress:
-		return tr.sink.Progress(ctx, ev.Percent, ev.Text)
+		return sink.Progress(ctx, ev.Percent, ev.Text)
 	case agents.EventMessage:
-		return tr.sink.Message(ctx, ev.Text)
+		return sink.Message(ctx, ev.Text)
 	}
 	return nil
+}
+
+// call serves call frame f, once: a call being served is not served
+// again, one answered gets its reply again (the runner resends a call
+// until it has the reply, which may have been lost with a connection).
+func (tr *turnRun) call(ctx context.Context, f Frame) {
+	if f.Event == nil {
+		return
+	}
+	reply, served := tr.calls[f.Event.ID]
+	switch {
+	case served && reply != nil:
+		tr.pending = append(tr.pending, *reply)
+		tr.flush(tr.sent)
+		return
+	case served:
+		return
+	}
+	tr.calls[f.Event.ID] = nil
+	ev := *f.Event
+	go func() {
+		resp := tr.sink.Call(ctx, ev)
+		resp.ID = ev.ID
+		select {
+		case tr.replies <- Frame{Type: FrameReply, Request: tr.t.RequestID, Response: &resp}:
+		case <-ctx.Done():
+		}
+	}()
 }

@@ -10,18 +10,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roombridge/roombridge/internal/failpoint"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store/etcd/etcdtest"
 )
 
-// TestRunnerLeaderFailover: two bridges on one etcd, agent coder on a
-// runner that knows both. The leader is SIGKILLed while the runner's turn
-// runs: the runner keeps its process, connects to the new leader, which
-// adopts the turn (no second start); the answer lands once.
-func TestRunnerLeaderFailover(t *testing.T) {
+// runnerHA starts two bridges on one etcd, agent coder on runner laptop,
+// and the runner, which knows both: bs[0] is started first, with env0,
+// and leads; bs[1] follows. The runner's agent reports its session and
+// the message say, waits for the file gate, and answers "answer after
+// failover". It returns the bridges, the runner and the gate.
+func runnerHA(t *testing.T, env0 []string, say string) (bs []*haBridge, runner *proc, gate string) {
+	t.Helper()
 	srv := etcdtest.Start(t)
-	var bs []*haBridge
-	for range 2 {
+	for i, env := range [][]string{env0, nil} {
 		dir := t.TempDir()
 		cfg := filepath.Join(dir, "bridge.yaml")
 		writeFile(t, cfg, fmt.Sprintf(`owner: acme
@@ -35,23 +37,24 @@ agents:
 runners: {grace: 20s, heartbeat: 200ms}
 ha: {etcd: [%q], lease_ttl: %s, prefix: /rb}
 `, filepath.Join(dir, "data"), srv.Endpoint(), haLeaseTTL))
-		bs = append(bs, &haBridge{t: t, p: startBridge(t, dir, nil, "run", "--config", cfg), data: filepath.Join(dir, "data")})
-	}
-	for _, b := range bs {
+		b := &haBridge{t: t, p: startBridge(t, dir, env, "run", "--config", cfg), data: filepath.Join(dir, "data")}
 		b.base, b.token = b.p.api(b.data)
+		bs = append(bs, b)
+		if i == 0 {
+			waitLeader(t, bs, 30*time.Second)
+		}
 	}
-	leader := waitLeader(t, bs, 30*time.Second)
 	var tok struct{ Token string }
-	if code := call(t, http.MethodPost, leader.base+"/v1/runners", leader.token, map[string]string{"name": "laptop"}, &tok); code != http.StatusOK {
+	if code := call(t, http.MethodPost, bs[0].base+"/v1/runners", bs[0].token, map[string]string{"name": "laptop"}, &tok); code != http.StatusOK {
 		t.Fatalf("runners add: HTTP %d", code)
 	}
 	rdir := t.TempDir()
-	gate := filepath.Join(rdir, "gate")
+	gate = filepath.Join(rdir, "gate")
 	t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o600) })
 	writeFile(t, filepath.Join(rdir, "token"), tok.Token)
 	writeFile(t, filepath.Join(rdir, "agent.sh"), `read turn
 echo '{"type":"session","id":"s-9"}'
-echo '{"type":"message","text":"started on the runner"}'
+echo '{"type":"message","text":"`+say+`"}'
 while [ ! -e `+gate+` ]; do sleep 0.02; done
 echo '{"type":"final","text":"answer after failover"}'
 `)
@@ -59,20 +62,23 @@ echo '{"type":"final","text":"answer after failover"}'
 agents:
   coder: {kind: exec, command: [sh, agent.sh], workdir: .}
 `, bs[0].base, bs[1].base))
-	runner := startBinary(t, bridgeBin, rdir, nil, "runner", "--config", "runner.yaml")
-	waitRunner(t, leader.base, leader.token, "connected")
-	r := leader.create("@coder go")
-	leader.waitRequest(r.ID, "with its session", 30*time.Second, func(r requests.Request) bool { return r.Session == "s-9" })
-	if err := leader.p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-leader.p.done
+	runner = startBinary(t, bridgeBin, rdir, nil, "runner", "--config", "runner.yaml")
+	waitRunner(t, bs[0].base, bs[0].token, "connected")
+	return bs, runner, gate
+}
+
+// finishAfterFailover lets the runner's agent answer once bs[1] leads and
+// the runner is connected to it, and checks that the request ends there
+// with the answer, in the same session, the runner having started the
+// turn once (adopted, not restarted), the answer posted once.
+func finishAfterFailover(t *testing.T, bs []*haBridge, runner *proc, gate string, id requests.ID) *haBridge {
+	t.Helper()
 	next := waitLeader(t, bs, 30*time.Second)
 	waitRunner(t, next.base, next.token, "connected")
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	done := next.waitRequest(r.ID, "done", 30*time.Second, func(r requests.Request) bool { return r.State == requests.Done })
+	done := next.waitRequest(id, "done", 30*time.Second, func(r requests.Request) bool { return r.State == requests.Done })
 	if done.Result != "answer after failover" || done.Session != "s-9" {
 		t.Fatalf("result %q session %q, want the runner's answer in the same session", done.Result, done.Session)
 	}
@@ -82,5 +88,52 @@ agents:
 	next.p.waitLine(0, "final: answer after failover") // the outbox posts it after the request is done
 	if n := countLines(bs, "final: answer after failover"); n != 1 {
 		t.Fatalf("the answer was posted %d times, want once", n)
+	}
+	return next
+}
+
+// TestRunnerLeaderFailover: two bridges on one etcd, agent coder on a
+// runner that knows both. The leader is SIGKILLed while the runner's turn
+// runs: the runner keeps its process, connects to the new leader, which
+// adopts the turn (no second start); the answer lands once.
+func TestRunnerLeaderFailover(t *testing.T) {
+	bs, runner, gate := runnerHA(t, nil, "started on the runner")
+	leader := bs[0]
+	r := leader.create("@coder go")
+	leader.waitRequest(r.ID, "with its session", 30*time.Second, func(r requests.Request) bool { return r.Session == "s-9" })
+	if err := leader.p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-leader.p.done
+	finishAfterFailover(t, bs, runner, gate, r.ID)
+}
+
+// TestRunnerFrameInFlightAtFailover: the leader dies with the runner's
+// message report in flight, either received and not applied
+// (runner_frame_received) or applied and not acknowledged
+// (runner_frame_applied): the new leader applies it exactly once (it
+// asks the runner for the frames after the last one its store applied),
+// and the message is posted once.
+func TestRunnerFrameInFlightAtFailover(t *testing.T) {
+	for _, fp := range []string{failpoint.FrameReceived, failpoint.FrameApplied} {
+		t.Run(fp, func(t *testing.T) {
+			const say = "reported as the leader died"
+			// Frame 1 is the session, frame 2 the message.
+			bs, runner, gate := runnerHA(t, []string{failpoint.EnvVar + "=" + fp + "@2"}, say)
+			r := bs[0].create("@coder go")
+			select {
+			case <-bs[0].p.done:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the leader never reached %s", fp)
+			}
+			if !strings.Contains(bs[0].p.Stderr(), "failpoint "+fp+"@2") {
+				t.Fatalf("the leader ended, not at %s:\n%s", fp, bs[0].p.Stderr())
+			}
+			next := finishAfterFailover(t, bs, runner, gate, r.ID)
+			next.p.waitLine(0, say)
+			if n := countLines(bs, say); n != 1 {
+				t.Fatalf("the message in flight was posted %d times, want once", n)
+			}
+		})
 	}
 }

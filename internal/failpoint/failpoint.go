@@ -31,6 +31,13 @@
 //	               request, that transaction also closed the rendezvous and
 //	               queued the answer in the asker's inbox: a hit there is
 //	               "B answered, A not yet woken".
+//	runner_frame_received  (Hit) runners/runtime.go, turnRun.apply: a
+//	               runner's report (an event frame) the leader has received
+//	               and not applied yet. One hit per new report.
+//	runner_frame_applied   (AtCommit) agents/mark.go, sink.markTx: at the
+//	               commit of the transaction that applied a runner's report
+//	               (its mark stored with it), before the bridge
+//	               acknowledges it to the runner.
 package failpoint
 
 import (
@@ -49,6 +56,10 @@ const (
 	TurnStarted  = "turn_started"
 	TaskEnded    = "task_ended"
 	RequestEnded = "request_ended"
+	// FrameReceived and FrameApplied are a runner's report received by the
+	// leader, and applied (committed), both not yet acknowledged.
+	FrameReceived = "runner_frame_received"
+	FrameApplied  = "runner_frame_applied"
 )
 
 // point is an armed failpoint: it fires at hit number at.

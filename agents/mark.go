@@ -1,0 +1,60 @@
+package agents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/roombridge/roombridge/internal/failpoint"
+	"github.com/roombridge/roombridge/store"
+)
+
+// The scheduler's sink keeps, for a runtime that runs the turn elsewhere
+// and numbers its reports (a runner: package runners), where the turn
+// stands: the number of the last report applied is the turn record's Mark,
+// written in the very transaction that applies the report. So whoever
+// carries the turn on (this bridge after a restart, a new leader) asks
+// for the reports after the mark and no durable report is lost or applied
+// twice. Runtimes reach it through their own interface (runners: a type
+// assertion on the Sink they are given).
+
+// Mark is the turn's mark: the number of the last report a Marking sink
+// applied (0: none yet, or the request has no turn record).
+func (k *sink) Mark(ctx context.Context) (int, error) {
+	var rec turnRecord
+	err := k.s.svc.Store().View(ctx, func(tx store.Tx) error { return store.GetJSON(tx, bucketTurns, k.key, &rec) })
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return 0, fmt.Errorf("agents: mark of %s: %w", k.id, err)
+	}
+	return rec.Mark, nil
+}
+
+// Marking is the sink whose durable reports (Session, Tool, Progress,
+// Message) each store seq as the turn's mark in their transaction. Calls
+// are not marked: the call journal makes a repeated call idempotent.
+func (k *sink) Marking(seq int) Sink {
+	m := *k
+	m.mark = seq
+	return &m
+}
+
+// markTx stores k's mark in tx (nothing for an unmarked sink, or a request
+// started by an earlier version, which has no turn record). The mark only
+// grows.
+func (k *sink) markTx(tx store.Tx) error {
+	if k.mark == 0 {
+		return nil
+	}
+	var rec turnRecord
+	switch err := store.GetJSON(tx, bucketTurns, k.key, &rec); {
+	case errors.Is(err, store.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	case rec.Mark >= k.mark:
+		return nil
+	}
+	rec.Mark = k.mark
+	failpoint.AtCommit(tx, failpoint.FrameApplied)
+	return store.PutJSON(tx, bucketTurns, k.key, rec)
+}
