@@ -76,6 +76,9 @@ type Hub struct {
 	// keeping the notes of away runners' queued requests.
 	life  context.Context
 	notes sync.WaitGroup
+	// bump is closed (and replaced) at every change of a runner's
+	// connection or state (Changed).
+	bump chan struct{}
 }
 
 // host is one runner as the bridge sees it.
@@ -142,7 +145,7 @@ func NewHub(o HubOptions) *Hub {
 	if o.Probe <= 0 {
 		o.Probe = DefaultProbe
 	}
-	h := &Hub{o: o, host: map[string]*host{}, started: o.Clock.Now()}
+	h := &Hub{o: o, host: map[string]*host{}, started: o.Clock.Now(), bump: make(chan struct{})}
 	for _, a := range slices.Sorted(maps.Keys(o.Hosts)) {
 		if name := o.Hosts[a]; name != "" {
 			x := h.hostLocked(name)
@@ -170,10 +173,23 @@ func (h *Hub) hostLocked(name string) *host {
 	return x
 }
 
-// changed wakes the turns waiting on x (call with h.mu held).
-func (x *host) changed() {
+// changed wakes the turns waiting on x and the watchers of Changed (call
+// with h.mu held).
+func (h *Hub) changed(x *host) {
 	close(x.change)
 	x.change = make(chan struct{})
+	close(h.bump)
+	h.bump = make(chan struct{})
+}
+
+// Changed is closed at the next change of any runner's connection or
+// state (connected, dropped, away past the grace): what Statuses shows
+// changes then (the web room redraws). It is in memory only: no store
+// write, nothing per heartbeat.
+func (h *Hub) Changed() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.bump
 }
 
 // connect serves one runner's stream.
@@ -273,7 +289,7 @@ func (h *Hub) attach(hello Frame, c *conn, stale *conn) error {
 	}
 	now := h.o.Clock.Now()
 	x.c, x.agents, x.since, x.lastSeen, x.gone, x.told = c, hello.Agents, now, now, false, false
-	x.changed()
+	h.changed(x)
 	return nil
 }
 
@@ -325,7 +341,7 @@ func (h *Hub) detach(name string, c *conn) {
 	x := h.host[name]
 	if x != nil && x.c == c {
 		x.c = nil
-		x.changed()
+		h.changed(x)
 	}
 	h.mu.Unlock()
 	_ = touch(context.Background(), h.o.Store, name, h.o.Clock.Now())
@@ -425,12 +441,12 @@ func (h *Hub) watch(heartbeat bool) {
 			h.o.Log.Warn("runner silent past the grace; its turns are interrupted", "runner", x.name, "grace", h.o.Grace)
 			x.c.close(status.Error(codes.DeadlineExceeded, "no heartbeat within the grace"))
 			x.c, x.gone = nil, true
-			x.changed()
+			h.changed(x)
 			h.startNotes(x)
 		case x.c == nil && silent && !x.gone:
 			h.o.Log.Warn("runner away past the grace", "runner", x.name, "grace", h.o.Grace, "seen", !x.lastSeen.IsZero())
 			x.gone = true
-			x.changed()
+			h.changed(x)
 			h.startNotes(x)
 		case x.c != nil && heartbeat:
 			beat = append(beat, x.c)
