@@ -2,6 +2,7 @@ package runners_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -104,4 +105,55 @@ func TestRestartedRunnerReplacesStaleConnection(t *testing.T) {
 		t.Fatalf("the old connection dropped after %v, before the probe's bound %v", elapsed, runners.DefaultProbe)
 	}
 	askCoder(t, b)
+}
+
+// TestStatusesListEveryRunner: a status list always lists every
+// registered runner, whatever their connections do: polled all along
+// while laptop connects and stops again and again (and spare, registered,
+// never connects), no list lacks one or fails.
+func TestStatusesListEveryRunner(t *testing.T) {
+	b := startBridge(t)
+	ctx := context.Background()
+	tok, err := runners.Add(ctx, b.DB, time.Now(), "laptop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runners.Add(ctx, b.DB, time.Now(), "spare"); err != nil {
+		t.Fatal(err)
+	}
+	done, bad := make(chan struct{}), make(chan string, 1)
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		sample := time.NewTicker(500 * time.Microsecond) // a sampling cadence, not a wait
+		defer sample.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-sample.C:
+			}
+			st, err := b.Runners().Statuses(ctx)
+			if err != nil || len(st) != 2 || st[0].Name != "laptop" || st[1].Name != "spare" || st[1].Connected {
+				bad <- fmt.Sprintf("statuses %+v, error %v", st, err)
+				return
+			}
+		}
+	}()
+	for range 6 {
+		_, stop := runRunner(t, runners.RunnerOptions{Name: "laptop", URLs: []string{b.URL}, Token: tok})
+		waitConnected(t, b, "laptop")
+		stop()
+		waitFor(t, "laptop listed as disconnected", func() bool {
+			st, err := b.Runners().Statuses(ctx)
+			return err == nil && len(st) == 2 && !st[0].Connected
+		})
+	}
+	close(done)
+	<-polled
+	select {
+	case why := <-bad:
+		t.Fatalf("a status list lacked a registered runner: %s", why)
+	default:
+	}
 }
