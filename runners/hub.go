@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -112,12 +113,28 @@ type conn struct {
 	why      error
 	// probed is closed by the next frame received after a probe (h.mu).
 	probed chan struct{}
+	// beating: a heartbeat's send has not returned yet.
+	beating atomic.Bool
 }
 
 func (c *conn) send(f Frame) error {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
 	return c.stream.SendMsg(&f)
+}
+
+// heartbeat sends a heartbeat on its own goroutine, unless the last one is
+// still being sent: a dead peer's full flow-control window blocks a send
+// until the connection is closed, and neither the watchdog nor a probe
+// may wait for that.
+func (c *conn) heartbeat() {
+	if !c.beating.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		_ = c.send(Frame{Type: FrameHeartbeat})
+		c.beating.Store(false)
+	}()
 }
 
 // close ends the connection with why (what the runner is told).
@@ -312,9 +329,7 @@ func (h *Hub) probe(ctx context.Context, hello Frame) *conn {
 	answered := old.probed
 	h.mu.Unlock()
 	h.o.Log.Info("runner: another process says hello; probing the connection", "runner", hello.Runner, "probe", h.o.Probe)
-	// A dead peer's flow-control window may block the send: it ends when
-	// the connection is closed.
-	go func() { _ = old.send(Frame{Type: FrameHeartbeat}) }()
+	old.heartbeat()
 	start := h.o.Clock.Now()
 	t := time.NewTicker(min(h.o.Watch, h.o.Probe/10))
 	defer t.Stop()
@@ -454,7 +469,7 @@ func (h *Hub) watch(heartbeat bool) {
 	}
 	h.mu.Unlock()
 	for _, c := range beat {
-		_ = c.send(Frame{Type: FrameHeartbeat})
+		c.heartbeat()
 	}
 }
 
