@@ -157,3 +157,24 @@ func TestStatusesListEveryRunner(t *testing.T) {
 	default:
 	}
 }
+
+// TestRunnerGivesUpSilentBridge: a bridge URL that accepts the connection
+// and then says nothing (a frozen proxy: the bridge's machine gone) is
+// given up after RunnerOptions.Welcome for the next URL, where the runner
+// gets in and runs the turns.
+func TestRunnerGivesUpSilentBridge(t *testing.T) {
+	b := startBridge(t)
+	tok, err := runners.Add(context.Background(), b.DB, time.Now(), "laptop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := tcpcut.New(t, strings.TrimPrefix(b.URL, "http://"))
+	p.Freeze()
+	rlog, rlogs := logged(t, "the runner")
+	runRunner(t, runners.RunnerOptions{Name: "laptop", URLs: []string{p.URL(), b.URL}, Token: tok, Log: rlog, Welcome: 300 * time.Millisecond})
+	waitConnected(t, b, "laptop")
+	if !strings.Contains(rlogs.String(), "no welcome from the bridge within 300ms") {
+		t.Fatalf("the runner's logs do not say why it left the silent URL:\n%s", rlogs.String())
+	}
+	askCoder(t, b)
+}

@@ -41,6 +41,11 @@ type RunnerOptions struct {
 	// another process of it is connected (doubling from Retry; default
 	// 30s).
 	RetryMax time.Duration
+	// Welcome bounds a connection's start, from the dial to the bridge's
+	// welcome (default 15s): a bridge that accepts the connection and then
+	// says nothing (its machine gone, a black hole on the way) is given up
+	// for the next URL.
+	Welcome time.Duration
 	// Workdirs are where each agent's background commands run ("": the
 	// runner's directory).
 	Workdirs map[string]string
@@ -94,6 +99,9 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 	}
 	if o.RetryMax <= 0 {
 		o.RetryMax = 30 * time.Second
+	}
+	if o.Welcome <= 0 {
+		o.Welcome = 3 * DefaultHeartbeat
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
@@ -199,9 +207,11 @@ func (r *Runner) dial(ctx context.Context, u string) (*grpc.ClientConn, grpc.Cli
 func (r *Runner) session(ctx context.Context, u string) (connected bool, _ error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	late := time.AfterFunc(r.o.Welcome, cancel)
+	defer late.Stop()
 	cc, st, err := r.dial(ctx, u)
 	if err != nil {
-		return false, err
+		return false, r.unwelcome(late, err)
 	}
 	defer cc.Close()
 	c := &rconn{stream: st, base: u}
@@ -211,11 +221,14 @@ func (r *Runner) session(ctx context.Context, u string) (connected bool, _ error
 	names := slices.Sorted(maps.Keys(r.o.Agents))
 	hello := Frame{Type: FrameHello, Runner: r.o.Name, Instance: r.instance, Agents: names, Live: live, Tasks: r.jobKeys()}
 	if err := c.send(hello); err != nil {
-		return false, refusal(err, st)
+		return false, r.unwelcome(late, refusal(err, st))
 	}
 	var welcome Frame
 	if err := st.RecvMsg(&welcome); err != nil {
-		return false, refusal(err, nil)
+		return false, r.unwelcome(late, refusal(err, nil))
+	}
+	if !late.Stop() {
+		return false, fmt.Errorf("runner: no welcome from the bridge within %v", r.o.Welcome)
 	}
 	if welcome.Type != FrameWelcome {
 		return false, fmt.Errorf("runner: the bridge's first frame is %q, not its welcome", welcome.Type)
@@ -237,6 +250,16 @@ func (r *Runner) session(ctx context.Context, u string) (connected bool, _ error
 		beat = DefaultHeartbeat
 	}
 	return true, r.serve(ctx, c, beat)
+}
+
+// unwelcome says why a connection's start failed (call once, on the
+// failure): err, or that no welcome came within o.Welcome when late had
+// fired and cancelled the start.
+func (r *Runner) unwelcome(late *time.Timer, err error) error {
+	if late.Stop() {
+		return err
+	}
+	return fmt.Errorf("runner: no welcome from the bridge within %v (%v)", r.o.Welcome, err)
 }
 
 // refusal turns a stream error into ErrRefused when retrying cannot help.
