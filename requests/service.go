@@ -225,6 +225,9 @@ func (s *Service) write(tx store.Tx, before, r *Request) error {
 			return err
 		}
 	}
+	if err := s.countQueued(tx, before, r); err != nil {
+		return fmt.Errorf("requests: write %s: %w", r.ID, err)
+	}
 	qk := s.owner + "/" + r.Agent + "/" + r.ID.Key()
 	same := before != nil && before.Agent == r.Agent
 	for _, idx := range []struct {

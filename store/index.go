@@ -282,6 +282,11 @@ func AckEffect(tx Tx, e Effect) error {
 
 const timerDedupe = "dedupe"
 
+// BucketDedupe is the bucket of Dedupe's and Remember's keys (inbound event
+// IDs), which are nearly always read before they exist: a backend may take
+// them as missing without asking and check that at commit (store/etcd).
+const BucketDedupe = bucketDedupe
+
 // Dedupe records key as seen until now+ttl. It returns true the first time a
 // live key is seen and false for every repeat before it expires.
 func Dedupe(tx Tx, key string, now time.Time, ttl time.Duration) (bool, error) {
