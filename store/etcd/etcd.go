@@ -282,8 +282,8 @@ func (s *Store) runGroup(g *group, batch []*store.Call, fenced bool) (members []
 			c.Done(err)
 			continue
 		}
-		t := &tx{g: g, writable: true, writes: map[string]write{}, reads: map[string]int64{}}
-		if err := c.Run(t); err != nil {
+		t, err := s.runCall(g, c)
+		if err != nil {
 			c.Done(err)
 			continue
 		}
@@ -300,6 +300,29 @@ func (s *Store) runGroup(g *group, batch []*store.Call, fenced bool) (members []
 		topics = append(topics, t.topics)
 	}
 	return members, topics, nil
+}
+
+// runCall runs c on a new view of g. A call that fails after reading keys
+// guessed missing (Options.Absent) is run again with those keys read from
+// etcd: its failure may come from the guess (an Idempotency-Key whose first
+// request exists, refused "queue full" instead of replayed; a redelivered
+// reply refused because its request has ended), and a failed call's guesses
+// are never compared. One more read per failing call that guessed, and
+// only then.
+func (s *Store) runCall(g *group, c *store.Call) (*tx, error) {
+	t := &tx{g: g, writable: true, writes: map[string]write{}, reads: map[string]int64{}}
+	err := c.Run(t)
+	if err == nil || len(t.guessed) == 0 {
+		return t, err
+	}
+	for k := range t.guessed {
+		delete(g.cache, k) // a member's guess of k is still compared: a conflict if k is there
+	}
+	guess := g.guess
+	g.guess = false
+	defer func() { g.guess = guess }()
+	t = &tx{g: g, writable: true, writes: map[string]write{}, reads: map[string]int64{}}
+	return t, c.Run(t)
 }
 
 // takeWarm starts g from the warm cache, if it is recent, and reports
