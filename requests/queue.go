@@ -1,6 +1,7 @@
 package requests
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -103,3 +104,44 @@ func (s *Service) countQueued(tx store.Tx, before, r *Request) error {
 	}
 	return nil
 }
+
+// ResetQueueCounts forgets the stored queue counts, so that each agent's
+// first creation counts its queue index afresh. The leader calls it at the
+// start of each term: a count is kept in step only by binaries that know
+// it, so one written before an older binary led (a rolling upgrade, a
+// rollback) would otherwise refuse creations, or let the queue overrun,
+// from then on.
+func (s *Service) ResetQueueCounts(ctx context.Context) error {
+	for {
+		n := 0
+		err := s.store.Update(ctx, func(tx store.Tx) error {
+			var keys []string
+			p := s.owner + "/"
+			if err := tx.Scan(bucketQueueLen, p, store.PrefixEnd(p), func(k string, _ []byte) error {
+				if keys = append(keys, k); len(keys) == resetChunk {
+					return store.ErrStop
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+			for _, k := range keys {
+				if err := tx.Delete(bucketQueueLen, k); err != nil {
+					return err
+				}
+			}
+			n = len(keys)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("requests: reset queue counts: %w", err)
+		}
+		if n < resetChunk {
+			return nil
+		}
+	}
+}
+
+// resetChunk is how many counts one transaction of ResetQueueCounts
+// deletes (within etcd's 127 operations of a Txn).
+const resetChunk = 64

@@ -103,3 +103,36 @@ func TestQueueCountedAtTheFirstCheck(t *testing.T) {
 		t.Fatalf("under a limit of 4: count %d, entries %d; want 4 and 4", count, entries)
 	}
 }
+
+// TestQueueCountsResetAtTheTermStart: a count left stale (an older binary
+// led without keeping it) refuses creations until ResetQueueCounts, which
+// the leader runs at each term's start; then the next check counts the
+// index afresh.
+func TestQueueCountsResetAtTheTermStart(t *testing.T) {
+	f := newFixture(t)
+	f.svc.SetQueueLimit(3)
+	approved := ask("queued")
+	approved.Approved = true
+	f.create(t, approved)
+	err := f.db.Update(context.Background(), func(tx store.Tx) error {
+		var b [8]byte
+		binary.BigEndian.PutUint64(b[:], 3) // stale: the index has 1
+		return tx.Put("agent_queue_len", owner+"/coder", b[:])
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Create(context.Background(), approved); !errors.Is(err, requests.ErrQueueFull) {
+		t.Fatalf("create on a stale count: %v, want ErrQueueFull (the count is trusted)", err)
+	}
+	if err := f.svc.ResetQueueCounts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if count, entries := queueState(t, f, "coder"); count != -1 || entries != 1 {
+		t.Fatalf("after the reset: count %d, entries %d; want none stored, 1 entry", count, entries)
+	}
+	f.create(t, approved)
+	if count, entries := queueState(t, f, "coder"); count != 2 || entries != 2 {
+		t.Fatalf("after the reset and a creation: count %d, entries %d; want 2 and 2", count, entries)
+	}
+}
