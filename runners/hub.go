@@ -2,6 +2,7 @@ package runners
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -222,9 +223,15 @@ func (h *Hub) connect(stream grpc.ServerStream) error {
 	if hello.Type != FrameHello || hello.Runner == "" {
 		return status.Error(codes.InvalidArgument, "the first frame must be a hello naming the runner")
 	}
-	if _, err := authenticate(ctx, h.o.Store, hello.Runner, bearer(ctx)); err != nil {
+	switch _, err := authenticate(ctx, h.o.Store, hello.Runner, bearer(ctx)); {
+	case errors.Is(err, store.ErrNotFound):
 		h.o.Log.Warn("runner refused", "runner", hello.Runner, "error", "unknown or revoked token")
 		return status.Errorf(codes.Unauthenticated, "runner %s: unknown or revoked token", hello.Runner)
+	case err != nil:
+		// A failure of ours (the store unreachable): the runner retries;
+		// Unauthenticated would make it give up for good.
+		h.o.Log.Error("runner not authenticated: store error", "runner", hello.Runner, "error", err)
+		return status.Errorf(codes.Unavailable, "runner %s: the bridge cannot check the token now (store unavailable); retry", hello.Runner)
 	}
 	c := &conn{instance: hello.Instance, stream: stream, live: map[string]bool{}, tasks: map[string]bool{}, closed: make(chan struct{})}
 	for _, id := range hello.Live {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -14,8 +15,10 @@ import (
 	"github.com/roombridge/roombridge/agents/process"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/core/coretest"
+	"github.com/roombridge/roombridge/internal/syncbuf"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/runners"
+	"github.com/roombridge/roombridge/store"
 )
 
 const bridgeConfig = `
@@ -187,5 +190,41 @@ func TestMetricsAndList(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Fatalf("metrics lack %q:\n%s", want, body)
 		}
+	}
+}
+
+// TestStoreFailureIsNotARefusal: a hub that cannot read the token record
+// (here unreadable; etcd unreachable is the common case) answers
+// Unavailable, and the runner keeps trying instead of stopping as refused.
+func TestStoreFailureIsNotARefusal(t *testing.T) {
+	b := startBridge(t)
+	tok, err := runners.Add(context.Background(), b.DB, time.Now(), "laptop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A record that cannot be read: a failure of the bridge's, not a wrong token.
+	err = b.DB.Update(context.Background(), func(tx store.Tx) error { return tx.Put("runners", "laptop", []byte("{not json")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncbuf.Buffer{}
+	errs := startRunner(t, runners.RunnerOptions{Name: "laptop", URLs: []string{b.URL}, Token: tok,
+		Log: slog.New(slog.NewTextHandler(logs, nil))})
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "cannot check the token now") {
+		select {
+		case err := <-errs:
+			t.Fatalf("the runner stopped: %v; want it to retry a store failure of the bridge", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the runner never logged the bridge's Unavailable answer; logs:\n%s", logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case err := <-errs:
+		t.Fatalf("the runner stopped: %v; want it to retry", err)
+	default:
 	}
 }
