@@ -116,6 +116,10 @@ type conn struct {
 	probed chan struct{}
 	// beating: a heartbeat's send has not returned yet.
 	beating atomic.Bool
+	// handing: the receive loop is handing a frame on (to its turn, or a
+	// task end to the store) and reads nothing meanwhile: a probe's
+	// answer may wait unread behind it.
+	handing atomic.Bool
 }
 
 func (c *conn) send(f Frame) error {
@@ -349,9 +353,16 @@ func (h *Hub) probe(ctx context.Context, hello Frame) *conn {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			if h.o.Clock.Now().Sub(start) >= h.o.Probe {
-				return old
+			if h.o.Clock.Now().Sub(start) < h.o.Probe {
+				continue
 			}
+			if old.handing.Load() {
+				// Its receive loop is busy with a frame the runner sent (a
+				// slow store): the connection is alive, its answer unread.
+				h.o.Log.Info("runner: the probed connection is busy handing on a frame; keeping it", "runner", hello.Runner)
+				return nil
+			}
+			return old
 		}
 	}
 }
@@ -391,18 +402,22 @@ func (h *Hub) receive(name string, c *conn) error {
 		h.mu.Unlock()
 		if f.Type == FrameTaskEnd {
 			if f.Job != nil {
+				c.handing.Store(true)
 				h.taskEnd(c.stream.Context(), name, c, f.Job)
+				c.handing.Store(false)
 			}
 			continue
 		}
 		if ch == nil || f.Type == FrameHeartbeat {
 			continue
 		}
+		c.handing.Store(true)
 		select {
 		case ch <- f:
 		case <-c.closed:
 			return nil
 		}
+		c.handing.Store(false)
 	}
 }
 
