@@ -307,7 +307,7 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 	cancelCh, stopWatch := s.watchCancel(ctx, r)
 	defer stopWatch()
 	turn := Turn{
-		RequestID: r.ID.String(), Agent: a.Name, Session: r.Session, Resumed: resumed,
+		RequestID: r.ID.String(), Agent: a.Name, Session: r.Session, Resumed: resumed, Number: num,
 		Input: input, Cancel: cancelCh, Drain: s.drain,
 	}
 	revoke := s.issueTools(ctx, log, r.ID, &turn)
@@ -320,7 +320,8 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 	if errors.Is(err, ErrSessionLost) && turn.Session != "" {
 		out, err = s.continueLost(ctx, log, a, r, turn, k, err)
 	}
-	revoke() // the turn is over, however it ended: its token dies now
+	failpoint.Hit(failpoint.TurnEnded) // the turn's end is here, not recorded
+	revoke()                           // the turn is over, however it ended: its token dies now
 	if !out.Usage.IsZero() {
 		s.recordUsage(context.WithoutCancel(ctx), log, r.ID, a.Name, out.Usage)
 	}
@@ -339,21 +340,29 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 		log.WarnContext(ctx, "turn cut by a store error; will resume", "error", err)
 		return fmt.Errorf("agents: turn of %s: %w", r.ID, err)
 	}
-	return s.settle(ctx, r.ID, j.input, func(ctx context.Context) error {
-		switch {
-		case err != nil:
-			log.WarnContext(ctx, "turn failed", "error", err)
-			return s.end(ctx, r.ID, requests.Fail, err.Error(), "", j.input)
-		case out.Stopped:
-			return s.end(ctx, r.ID, requests.Cancel, "", out.Final, j.input)
-		case out.Yielded:
-			return s.yield(ctx, r, out.Reason, j.input)
-		case out.YieldIfWaiting:
-			return s.finalOrWait(ctx, r, out.Final, j.input)
-		default:
-			return s.end(ctx, r.ID, requests.Finish, "", out.Final, j.input)
-		}
-	})
+	ran := err
+	err = s.settle(ctx, r.ID, j.input, func(ctx context.Context) error { return s.record(ctx, log, r, out, ran, j.input) })
+	if st, ok := a.Runtime.(Settler); ok && err == nil {
+		st.Settled(context.WithoutCancel(ctx), turn) // the end is committed: the runtime may let go of it
+	}
+	return err
+}
+
+// record writes how r's turn ended (out, or the runtime's error).
+func (s *Scheduler) record(ctx context.Context, log *slog.Logger, r *requests.Request, out Outcome, err error, got []pendingInput) error {
+	switch {
+	case err != nil:
+		log.WarnContext(ctx, "turn failed", "error", err)
+		return s.end(ctx, r.ID, requests.Fail, err.Error(), "", got)
+	case out.Stopped:
+		return s.end(ctx, r.ID, requests.Cancel, "", out.Final, got)
+	case out.Yielded:
+		return s.yield(ctx, r, out.Reason, got)
+	case out.YieldIfWaiting:
+		return s.finalOrWait(ctx, r, out.Final, got)
+	default:
+		return s.end(ctx, r.ID, requests.Finish, "", out.Final, got)
+	}
 }
 
 // recordUsage adds what a turn cost to its request (audited: the export
