@@ -320,8 +320,7 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 	if errors.Is(err, ErrSessionLost) && turn.Session != "" {
 		out, err = s.continueLost(ctx, log, a, r, turn, k, err)
 	}
-	failpoint.Hit(failpoint.TurnEnded) // the turn's end is here, not recorded
-	revoke()                           // the turn is over, however it ended: its token dies now
+	revoke() // the turn is over, however it ended: its token dies now
 	if !out.Usage.IsZero() {
 		s.recordUsage(context.WithoutCancel(ctx), log, r.ID, a.Name, out.Usage)
 	}
@@ -500,6 +499,7 @@ func (s *Scheduler) end(ctx context.Context, id requests.ID, ev requests.Event, 
 		if err != nil {
 			return err
 		}
+		failpoint.Hit(failpoint.TurnEnding) // the end is being recorded: not committed
 		failpoint.AtCommit(tx, failpoint.RequestEnded)
 		if err := tx.Delete(bucketParked, requestKey(r)); err != nil {
 			return err
