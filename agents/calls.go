@@ -339,7 +339,8 @@ func refusedTx(tx store.Tx, svc *requests.Service, r *requests.Request, detail s
 // percent outside 0-100) or a request that is not running is refused: the
 // refusal is returned and audited in the same transaction, and nothing
 // changes. err is a store error. also, when not nil, writes in the same
-// transaction (a marking sink's mark: the report is applied either way).
+// transaction, before the report (a marking sink's mark: a report already
+// applied writes nothing and is answered as done).
 func (s *Scheduler) progress(ctx context.Context, id requests.ID, percent int, text string, also func(store.Tx) error) (refusal string, err error) {
 	text = s.svc.Clip(text)
 	err = s.durably(ctx, func() error {
@@ -367,6 +368,9 @@ func (s *Scheduler) progress(ctx context.Context, id requests.ID, percent int, t
 			return err
 		})
 	})
+	if applied(err) {
+		return "", nil
+	}
 	if err != nil {
 		return "", fmt.Errorf("agents: progress of %s: %w", id, err)
 	}

@@ -38,9 +38,20 @@ func (k *sink) Marking(seq int) Sink {
 	return &m
 }
 
+// errApplied: the report's number is at or below the turn's mark, so the
+// report is applied already (a write whose commit's outcome was unknown,
+// retried by durably, or a frame resent): the transaction is dropped and
+// the report answered as done.
+var errApplied = errors.New("agents: report applied already")
+
+// applied reports whether err is markTx's errApplied: the sink's write
+// committed nothing and the report counts as done.
+func applied(err error) bool { return errors.Is(err, errApplied) }
+
 // markTx stores k's mark in tx (nothing for an unmarked sink, or a request
 // started by an earlier version, which has no turn record). The mark only
-// grows.
+// grows: a report at or below it is refused with errApplied, so that the
+// transaction writes nothing (callers call markTx before any write).
 func (k *sink) markTx(tx store.Tx) error {
 	if k.mark == 0 {
 		return nil
@@ -52,7 +63,7 @@ func (k *sink) markTx(tx store.Tx) error {
 	case err != nil:
 		return err
 	case rec.Mark >= k.mark:
-		return nil
+		return errApplied
 	}
 	rec.Mark = k.mark
 	failpoint.AtCommit(tx, failpoint.FrameApplied)

@@ -75,7 +75,7 @@ type sink struct {
 }
 
 func (k *sink) update(ctx context.Context, action, detail string, fn func(*requests.Request)) error {
-	return k.s.durably(ctx, func() error {
+	err := k.s.durably(ctx, func() error {
 		return k.s.svc.Store().Update(ctx, func(tx store.Tx) error {
 			if err := k.markTx(tx); err != nil {
 				return err
@@ -84,6 +84,10 @@ func (k *sink) update(ctx context.Context, action, detail string, fn func(*reque
 			return err
 		})
 	})
+	if applied(err) {
+		return nil
+	}
+	return err
 }
 
 func (k *sink) Session(ctx context.Context, id string) error {
@@ -129,6 +133,9 @@ func (k *sink) Message(ctx context.Context, text string) error {
 			return k.s.threads.Reply(tx, r, chat.Message{Kind: "reply", Text: text})
 		})
 	})
+	if applied(err) {
+		return nil
+	}
 	if err == nil && k.s.Live != nil {
 		k.s.Live.Said(k.r)
 	}

@@ -175,6 +175,7 @@ func (f *benchFixture) addDue(b *testing.B, n int) {
 // ROOMBRIDGE_BIG=1. median-ms, best-ms and worst-ms are of the sweeps;
 // cpu-ms is the median CPU time (user and system, the whole process) one
 // sweep took, which a loaded machine inflates less than the wall time;
+// pages/expiry is what bbolt wrote per expiry (bolt only);
 // SWEEP_PROFILE=file writes a CPU profile of the last timed sweep only.
 func BenchmarkSweep(b *testing.B) {
 	cases := []sweepCase{
@@ -208,6 +209,7 @@ func benchSweep(top *testing.B, backend string, cases []sweepCase) {
 			f := fixture(top, b, backend, c.pending)
 			ctx := context.Background()
 			var expired int
+			var pages int64
 			var took, cpu []time.Duration
 			profile := os.Getenv("SWEEP_PROFILE")
 			b.ResetTimer()
@@ -222,9 +224,11 @@ func benchSweep(top *testing.B, backend string, cases []sweepCase) {
 					_ = pprof.StartCPUProfile(prof)
 				}
 				b.StartTimer()
+				p0 := f.pagesWritten()
 				c0, t0 := cpuTime(), time.Now()
 				res, err := f.sweep.SweepOnce(ctx)
 				took, cpu = append(took, time.Since(t0)), append(cpu, cpuTime()-c0)
+				pages += f.pagesWritten() - p0
 				b.StopTimer()
 				if prof != nil {
 					pprof.StopCPUProfile()
@@ -246,8 +250,21 @@ func benchSweep(top *testing.B, backend string, cases []sweepCase) {
 			b.ReportMetric(ms(took[len(took)-1]), "worst-ms")
 			slices.Sort(cpu)
 			b.ReportMetric(ms(cpu[len(cpu)/2]), "cpu-ms")
+			if _, ok := f.db.(*bolt.DB); ok && expired > 0 {
+				b.ReportMetric(float64(pages)/float64(expired), "pages/expiry")
+			}
 		})
 	}
+}
+
+// pagesWritten is how many pages the bolt store has written so far (0 on
+// etcd).
+func (f *benchFixture) pagesWritten() int64 {
+	if bdb, ok := f.db.(*bolt.DB); ok {
+		st := bdb.Bolt().Stats()
+		return st.TxStats.GetWrite()
+	}
+	return 0
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -425,6 +425,11 @@ func (b *Bridge) work() leaderWork {
 	return leaderWork{
 		sched: b.sched,
 		runSched: func(ctx context.Context) error {
+			// The queue counts are counted afresh each term (an older
+			// binary may have led without keeping them).
+			if err := b.svc.ResetQueueCounts(ctx); err != nil {
+				return err
+			}
 			// Tasks recorded running whose process is not ours end as
 			// interrupted (told to their agent) before any turn runs.
 			if err := b.del.Recover(ctx); err != nil {

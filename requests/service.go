@@ -225,15 +225,21 @@ func (s *Service) write(tx store.Tx, before, r *Request) error {
 			return err
 		}
 	}
+	if err := s.countQueued(tx, before, r); err != nil {
+		return fmt.Errorf("requests: write %s: %w", r.ID, err)
+	}
 	qk := s.owner + "/" + r.Agent + "/" + r.ID.Key()
+	same := before != nil && before.Agent == r.Agent
 	for _, idx := range []struct {
-		bucket string
-		in     bool
-	}{{bucketQueue, r.State == Approved}, {bucketRunning, r.State == Running}} {
+		bucket  string
+		in, was bool // was: in it before (only then is there a key to delete)
+	}{{bucketQueue, r.State == Approved, same && before.State == Approved},
+		{bucketRunning, r.State == Running, same && before.State == Running}} {
 		var err error
-		if idx.in {
+		switch {
+		case idx.in:
 			err = tx.Put(idx.bucket, qk, nil)
-		} else {
+		case idx.was:
 			err = tx.Delete(idx.bucket, qk)
 		}
 		if err != nil {

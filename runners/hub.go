@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -25,6 +26,7 @@ import (
 const (
 	DefaultGrace     = 30 * time.Second
 	DefaultHeartbeat = 5 * time.Second
+	DefaultProbe     = 2 * time.Second
 )
 
 // HubOptions configure the bridge's side.
@@ -43,6 +45,10 @@ type HubOptions struct {
 	Heartbeat time.Duration
 	// Watch is how often the watchdog looks (default Heartbeat/2).
 	Watch time.Duration
+	// Probe is how long a connected runner has to answer a heartbeat when
+	// another process of it says hello (default DefaultProbe, on Clock):
+	// no answer, and the new process replaces the connection.
+	Probe time.Duration
 	// Leading tells whether this instance leads (nil: always). A follower
 	// refuses runners.
 	Leading func() bool
@@ -71,6 +77,9 @@ type Hub struct {
 	// keeping the notes of away runners' queued requests.
 	life  context.Context
 	notes sync.WaitGroup
+	// bump is closed (and replaced) at every change of a runner's
+	// connection or state (Changed).
+	bump chan struct{}
 }
 
 // host is one runner as the bridge sees it.
@@ -102,12 +111,30 @@ type conn struct {
 	closed   chan struct{}
 	once     sync.Once
 	why      error
+	// probed is closed by the next frame received after a probe (h.mu).
+	probed chan struct{}
+	// beating: a heartbeat's send has not returned yet.
+	beating atomic.Bool
 }
 
 func (c *conn) send(f Frame) error {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
 	return c.stream.SendMsg(&f)
+}
+
+// heartbeat sends a heartbeat on its own goroutine, unless the last one is
+// still being sent: a dead peer's full flow-control window blocks a send
+// until the connection is closed, and neither the watchdog nor a probe
+// may wait for that.
+func (c *conn) heartbeat() {
+	if !c.beating.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		_ = c.send(Frame{Type: FrameHeartbeat})
+		c.beating.Store(false)
+	}()
 }
 
 // close ends the connection with why (what the runner is told).
@@ -132,7 +159,10 @@ func NewHub(o HubOptions) *Hub {
 	if o.Watch <= 0 {
 		o.Watch = o.Heartbeat / 2
 	}
-	h := &Hub{o: o, host: map[string]*host{}, started: o.Clock.Now()}
+	if o.Probe <= 0 {
+		o.Probe = DefaultProbe
+	}
+	h := &Hub{o: o, host: map[string]*host{}, started: o.Clock.Now(), bump: make(chan struct{})}
 	for _, a := range slices.Sorted(maps.Keys(o.Hosts)) {
 		if name := o.Hosts[a]; name != "" {
 			x := h.hostLocked(name)
@@ -160,10 +190,23 @@ func (h *Hub) hostLocked(name string) *host {
 	return x
 }
 
-// changed wakes the turns waiting on x (call with h.mu held).
-func (x *host) changed() {
+// changed wakes the turns waiting on x and the watchers of Changed (call
+// with h.mu held).
+func (h *Hub) changed(x *host) {
 	close(x.change)
 	x.change = make(chan struct{})
+	close(h.bump)
+	h.bump = make(chan struct{})
+}
+
+// Changed is closed at the next change of any runner's connection or
+// state (connected, dropped, away past the grace): what Statuses shows
+// changes then (the web room redraws). It is in memory only: no store
+// write, nothing per heartbeat.
+func (h *Hub) Changed() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.bump
 }
 
 // connect serves one runner's stream.
@@ -190,8 +233,9 @@ func (h *Hub) connect(stream grpc.ServerStream) error {
 	// The welcome is the connection's first frame: a turn that attach
 	// wakes sends its frame only after it (the runner reads the first
 	// frame as the welcome, and a turn sent before it was lost).
+	stale := h.probe(ctx, hello)
 	c.sendMu.Lock()
-	if err := h.attach(hello, c); err != nil {
+	if err := h.attach(hello, c, stale); err != nil {
 		c.sendMu.Unlock()
 		h.o.Log.Warn("runner refused", "runner", hello.Runner, "error", err)
 		return err
@@ -228,8 +272,10 @@ func bearer(ctx context.Context) string {
 	return ""
 }
 
-// attach makes c the connection of its runner, or refuses it.
-func (h *Hub) attach(hello Frame, c *conn) error {
+// attach makes c the connection of its runner, or refuses it; stale is
+// a connection of another process of it that did not answer a probe (nil:
+// none), which c replaces.
+func (h *Hub) attach(hello Frame, c *conn, stale *conn) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, a := range hello.Agents {
@@ -245,11 +291,14 @@ func (h *Hub) attach(hello Frame, c *conn) error {
 		}
 	}
 	x := h.hostLocked(hello.Runner)
-	if x.c != nil && x.c.instance != c.instance {
+	if x.c != nil && x.c.instance != c.instance && x.c != stale {
 		return status.Errorf(codes.AlreadyExists, "runner %s is already connected from another machine (since %s): agents %s are hosted there",
 			x.name, x.since.Format("15:04"), strings.Join(x.agents, ", "))
 	}
-	if x.c != nil {
+	if x.c == stale && stale != nil {
+		h.o.Log.Warn("runner connection did not answer a probe: replaced by the runner's new process", "runner", x.name, "probe", h.o.Probe)
+		x.c.close(status.Error(codes.Aborted, "no answer to a probe: replaced by a new process of the same runner"))
+	} else if x.c != nil {
 		x.c.close(status.Error(codes.Aborted, "replaced by a new connection of the same runner"))
 	}
 	if !x.lastSeen.IsZero() {
@@ -257,8 +306,47 @@ func (h *Hub) attach(hello Frame, c *conn) error {
 	}
 	now := h.o.Clock.Now()
 	x.c, x.agents, x.since, x.lastSeen, x.gone, x.told = c, hello.Agents, now, now, false, false
-	x.changed()
+	h.changed(x)
 	return nil
+}
+
+// probe asks the connection of hello's runner, when another process of
+// it holds one, to answer a heartbeat within o.Probe: after a reboot (the
+// old process gone with no goodbye) the bridge would notice only by the
+// grace. It returns that connection when it did not answer (or has
+// ended), nil when it answered or there is none.
+func (h *Hub) probe(ctx context.Context, hello Frame) *conn {
+	h.mu.Lock()
+	x := h.host[hello.Runner]
+	if x == nil || x.c == nil || x.c.instance == hello.Instance {
+		h.mu.Unlock()
+		return nil
+	}
+	old := x.c
+	if old.probed == nil {
+		old.probed = make(chan struct{})
+	}
+	answered := old.probed
+	h.mu.Unlock()
+	h.o.Log.Info("runner: another process says hello; probing the connection", "runner", hello.Runner, "probe", h.o.Probe)
+	old.heartbeat()
+	start := h.o.Clock.Now()
+	t := time.NewTicker(min(h.o.Watch, h.o.Probe/10))
+	defer t.Stop()
+	for {
+		select {
+		case <-answered:
+			return nil
+		case <-old.closed:
+			return old
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if h.o.Clock.Now().Sub(start) >= h.o.Probe {
+				return old
+			}
+		}
+	}
 }
 
 // detach forgets c when it is still its runner's connection.
@@ -268,7 +356,7 @@ func (h *Hub) detach(name string, c *conn) {
 	x := h.host[name]
 	if x != nil && x.c == c {
 		x.c = nil
-		x.changed()
+		h.changed(x)
 	}
 	h.mu.Unlock()
 	_ = touch(context.Background(), h.o.Store, name, h.o.Clock.Now())
@@ -285,6 +373,10 @@ func (h *Hub) receive(name string, c *conn) error {
 		h.mu.Lock()
 		x := h.host[name]
 		var ch chan Frame
+		if c.probed != nil {
+			close(c.probed) // any frame answers a probe
+			c.probed = nil
+		}
 		if x != nil && x.c == c {
 			x.lastSeen = h.o.Clock.Now()
 			ch = x.turns[f.Request]
@@ -364,12 +456,12 @@ func (h *Hub) watch(heartbeat bool) {
 			h.o.Log.Warn("runner silent past the grace; its turns are interrupted", "runner", x.name, "grace", h.o.Grace)
 			x.c.close(status.Error(codes.DeadlineExceeded, "no heartbeat within the grace"))
 			x.c, x.gone = nil, true
-			x.changed()
+			h.changed(x)
 			h.startNotes(x)
 		case x.c == nil && silent && !x.gone:
 			h.o.Log.Warn("runner away past the grace", "runner", x.name, "grace", h.o.Grace, "seen", !x.lastSeen.IsZero())
 			x.gone = true
-			x.changed()
+			h.changed(x)
 			h.startNotes(x)
 		case x.c != nil && heartbeat:
 			beat = append(beat, x.c)
@@ -377,7 +469,7 @@ func (h *Hub) watch(heartbeat bool) {
 	}
 	h.mu.Unlock()
 	for _, c := range beat {
-		_ = c.send(Frame{Type: FrameHeartbeat})
+		c.heartbeat()
 	}
 }
 

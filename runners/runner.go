@@ -37,14 +37,27 @@ type RunnerOptions struct {
 	Log *slog.Logger
 	// Retry is the pause between rounds of URLs (default 1s).
 	Retry time.Duration
+	// RetryMax caps the pause while the bridge refuses the runner because
+	// another process of it is connected (doubling from Retry; default
+	// 30s).
+	RetryMax time.Duration
+	// Welcome bounds a connection's start, from the dial to the bridge's
+	// welcome (default 15s): a bridge that accepts the connection and then
+	// says nothing (its machine gone, a black hole on the way) is given up
+	// for the next URL.
+	Welcome time.Duration
 	// Workdirs are where each agent's background commands run ("": the
 	// runner's directory).
 	Workdirs map[string]string
 }
 
 // ErrRefused wraps a refusal that retrying does not cure (a revoked
-// token, an agent hosted elsewhere): the runner stops.
+// token, an agent not configured for the runner): the runner stops.
 var ErrRefused = errors.New("refused by the bridge")
+
+// errHeld wraps a refusal that lasts while another connection holds the
+// runner or its agents (AlreadyExists): the runner retries with backoff.
+var errHeld = errors.New("held elsewhere")
 
 // Runner is the runner's side: it connects out to the bridge, runs the
 // turns it is given as local processes and keeps them across reconnects.
@@ -84,6 +97,12 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 	if o.Retry <= 0 {
 		o.Retry = time.Second
 	}
+	if o.RetryMax <= 0 {
+		o.RetryMax = 30 * time.Second
+	}
+	if o.Welcome <= 0 {
+		o.Welcome = 3 * DefaultHeartbeat
+	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	r := &Runner{o: o, instance: hex.EncodeToString(b[:]), turns: map[string]*localTurn{}, jobs: map[string]*job{}}
@@ -100,23 +119,64 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer r.mcp.close()
 	defer r.stopJobs()
 	r.life = ctx
+	var b backoff
 	for {
+		held := false
 		for _, u := range r.o.URLs {
-			err := r.session(ctx, u)
+			connected, err := r.session(ctx, u)
 			if ctx.Err() != nil {
 				return nil
 			}
-			if errors.Is(err, ErrRefused) {
-				return err
+			if connected {
+				b = backoff{}
 			}
-			r.o.Log.Warn("runner: connection ended; trying the next bridge", "url", u, "error", err)
+			switch {
+			case errors.Is(err, ErrRefused):
+				return err
+			case errors.Is(err, errHeld):
+				held = true
+				if b.changed(err.Error()) {
+					r.o.Log.Warn("runner: refused while another connection holds it; retrying with backoff", "url", u, "error", err, "max", r.o.RetryMax)
+				}
+			default:
+				r.o.Log.Warn("runner: connection ended; trying the next bridge", "url", u, "error", err)
+			}
+		}
+		pause := r.o.Retry
+		if held {
+			pause = b.next(r.o.Retry, r.o.RetryMax)
+		} else {
+			b = backoff{}
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(r.o.Retry):
+		case <-time.After(pause):
 		}
 	}
+}
+
+// backoff is the pause while the runner is refused as held elsewhere, and
+// the refusal last logged.
+type backoff struct {
+	pause  time.Duration
+	logged string
+}
+
+// next doubles the pause from base, capped at most.
+func (b *backoff) next(base, most time.Duration) time.Duration {
+	b.pause = min(max(2*b.pause, base), most)
+	return b.pause
+}
+
+// changed tells whether why differs from the refusal last logged (and
+// remembers it).
+func (b *backoff) changed(why string) bool {
+	if why == b.logged {
+		return false
+	}
+	b.logged = why
+	return true
 }
 
 // dial opens the stream to the bridge at u.
@@ -142,13 +202,16 @@ func (r *Runner) dial(ctx context.Context, u string) (*grpc.ClientConn, grpc.Cli
 	return cc, st, nil
 }
 
-// session is one connection: hello, welcome, then frames until it breaks.
-func (r *Runner) session(ctx context.Context, u string) error {
+// session is one connection: hello, welcome, then frames until it
+// breaks; connected tells whether the bridge welcomed it.
+func (r *Runner) session(ctx context.Context, u string) (connected bool, _ error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	late := time.AfterFunc(r.o.Welcome, cancel)
+	defer late.Stop()
 	cc, st, err := r.dial(ctx, u)
 	if err != nil {
-		return err
+		return false, r.unwelcome(late, err)
 	}
 	defer cc.Close()
 	c := &rconn{stream: st, base: u}
@@ -158,14 +221,17 @@ func (r *Runner) session(ctx context.Context, u string) error {
 	names := slices.Sorted(maps.Keys(r.o.Agents))
 	hello := Frame{Type: FrameHello, Runner: r.o.Name, Instance: r.instance, Agents: names, Live: live, Tasks: r.jobKeys()}
 	if err := c.send(hello); err != nil {
-		return refusal(err, st)
+		return false, r.unwelcome(late, refusal(err, st))
 	}
 	var welcome Frame
 	if err := st.RecvMsg(&welcome); err != nil {
-		return refusal(err, nil)
+		return false, r.unwelcome(late, refusal(err, nil))
+	}
+	if !late.Stop() {
+		return false, fmt.Errorf("runner: no welcome from the bridge within %v", r.o.Welcome)
 	}
 	if welcome.Type != FrameWelcome {
-		return fmt.Errorf("runner: the bridge's first frame is %q, not its welcome", welcome.Type)
+		return false, fmt.Errorf("runner: the bridge's first frame is %q, not its welcome", welcome.Type)
 	}
 	r.o.Log.Info("runner connected", "url", u, "agents", len(names), "live", len(live))
 	r.mu.Lock()
@@ -183,14 +249,26 @@ func (r *Runner) session(ctx context.Context, u string) error {
 	if beat <= 0 {
 		beat = DefaultHeartbeat
 	}
-	return r.serve(ctx, c, beat)
+	return true, r.serve(ctx, c, beat)
+}
+
+// unwelcome says why a connection's start failed (call once, on the
+// failure): err, or that no welcome came within o.Welcome when late had
+// fired and cancelled the start.
+func (r *Runner) unwelcome(late *time.Timer, err error) error {
+	if late.Stop() {
+		return err
+	}
+	return fmt.Errorf("runner: no welcome from the bridge within %v (%v)", r.o.Welcome, err)
 }
 
 // refusal turns a stream error into ErrRefused when retrying cannot help.
 func refusal(err error, _ grpc.ClientStream) error {
 	switch status.Code(err) {
-	case codes.Unauthenticated, codes.PermissionDenied, codes.AlreadyExists, codes.InvalidArgument:
+	case codes.Unauthenticated, codes.PermissionDenied, codes.InvalidArgument:
 		return fmt.Errorf("%w: %s", ErrRefused, status.Convert(err).Message())
+	case codes.AlreadyExists:
+		return fmt.Errorf("%w: %s", errHeld, status.Convert(err).Message())
 	}
 	return err
 }
@@ -243,6 +321,10 @@ func (r *Runner) handle(ctx context.Context, c *rconn, f Frame) {
 	lt := r.turns[f.Request]
 	r.mu.Unlock()
 	switch f.Type {
+	case FrameHeartbeat:
+		// Answered: the bridge probes a connection this way when another
+		// process of this runner says hello.
+		_ = c.send(Frame{Type: FrameHeartbeat})
 	case FrameTurn:
 		if f.Turn == nil {
 			return

@@ -48,6 +48,14 @@ func runner(t *testing.T, b *coretest.Bridge, name, token string) <-chan error {
 // returned channel gives Run's error.
 func startRunner(t *testing.T, o runners.RunnerOptions) <-chan error {
 	t.Helper()
+	errs, _ := runRunner(t, o)
+	return errs
+}
+
+// runRunner is startRunner that also gives a stop (Run ends, its
+// processes with it).
+func runRunner(t *testing.T, o runners.RunnerOptions) (<-chan error, func()) {
+	t.Helper()
 	o.Agents = map[string]agents.Runtime{"coder": &process.Runtime{Kind: process.Exec, Command: []string{"sh", "-c", agentScript}}}
 	o.Retry = 20 * time.Millisecond
 	r, err := runners.NewRunner(o)
@@ -57,8 +65,9 @@ func startRunner(t *testing.T, o runners.RunnerOptions) <-chan error {
 	ctx, cancel := context.WithCancel(context.Background())
 	errs, done := make(chan error, 1), make(chan struct{})
 	go func() { errs <- r.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return errs
+	stop := func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return errs, stop
 }
 
 func waitConnected(t *testing.T, b *coretest.Bridge, name string) {
@@ -119,23 +128,6 @@ func askCoder(t *testing.T, b *coretest.Bridge) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// TestSecondRunnerRefused: a second runner process claiming the same
-// agents is refused, clearly; the first stays connected.
-func TestSecondRunnerRefused(t *testing.T) {
-	b := startBridge(t)
-	tok, err := runners.Add(context.Background(), b.DB, time.Now(), "laptop")
-	if err != nil {
-		t.Fatal(err)
-	}
-	runner(t, b, "laptop", tok)
-	waitConnected(t, b, "laptop")
-	err = waitErr(t, runner(t, b, "laptop", tok))
-	if !errors.Is(err, runners.ErrRefused) || !strings.Contains(err.Error(), "already connected") {
-		t.Fatalf("second runner: %v, want refused as already connected", err)
-	}
-	waitConnected(t, b, "laptop")
 }
 
 // TestRevokedTokenRefused: revoking closes the runner's connection and

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 )
 
@@ -113,6 +114,11 @@ func (g *GroupCommit) loop() {
 				}
 			}
 		}
+		// Let the callers the last commit answered, runnable now, queue
+		// their next calls before the batch is taken (on a busy machine
+		// they would otherwise miss it and wait a whole commit): a yield,
+		// not a wait, so a lone caller is not delayed.
+		runtime.Gosched()
 	fill:
 		for len(batch) < g.max {
 			select {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/roombridge/roombridge/internal/jsonx"
 )
 
 // Buckets used by the indexes of this package.
@@ -79,7 +81,9 @@ type Timer struct {
 // timerKey orders timers by kind, then due time (zero-padded unix ms), then id,
 // so that everything due is one contiguous key range.
 func timerKey(kind string, due time.Time, id string) string {
-	return fmt.Sprintf("%s/%013d/%s", kind, due.UnixMilli(), id)
+	b := make([]byte, 0, len(kind)+len(id)+15)
+	b = jsonx.AppendPadded(append(append(b, kind...), '/'), due.UnixMilli(), 13)
+	return string(append(append(b, '/'), id...))
 }
 
 // AddTimer puts id into the expiry index of kind, due at due.
@@ -161,7 +165,9 @@ type Effect struct {
 // TopicOutbox is notified whenever an effect is enqueued.
 const TopicOutbox = "outbox"
 
-func outboxKey(seq uint64) string { return fmt.Sprintf("%020d", seq) }
+func outboxKey(seq uint64) string {
+	return string(jsonx.AppendPaddedUint(make([]byte, 0, 20), seq, 20))
+}
 
 // Enqueue appends e to the outbox (assigning e.Seq) and notifies TopicOutbox.
 // If e.Coalesce names an undelivered effect, that one is dropped: the newest
@@ -206,9 +212,9 @@ func putEffect(tx Tx, e *Effect) error {
 // it is.
 func appendEffect(b []byte, e *Effect) []byte {
 	b = strconv.AppendUint(append(b, `{"seq":`...), e.Seq, 10)
-	b = appendJSONString(append(b, `,"queue":`...), e.Queue)
+	b = jsonx.AppendString(append(b, `,"queue":`...), e.Queue)
 	if e.Coalesce != "" {
-		b = appendJSONString(append(b, `,"coalesce":`...), e.Coalesce)
+		b = jsonx.AppendString(append(b, `,"coalesce":`...), e.Coalesce)
 	}
 	b = append(b, `,"payload":`...)
 	if len(e.Payload) == 0 {
@@ -220,29 +226,13 @@ func appendEffect(b []byte, e *Effect) []byte {
 		b = strconv.AppendInt(append(b, `,"attempts":`...), int64(e.Attempts), 10)
 	}
 	if !e.NotBefore.IsZero() {
-		b = appendJSONTime(append(b, `,"not_before":`...), e.NotBefore)
+		b = jsonx.AppendTime(append(b, `,"not_before":`...), e.NotBefore)
 	}
 	if e.LastError != "" {
-		b = appendJSONString(append(b, `,"last_error":`...), e.LastError)
+		b = jsonx.AppendString(append(b, `,"last_error":`...), e.LastError)
 	}
-	b = appendJSONTime(append(b, `,"created":`...), e.Created)
+	b = jsonx.AppendTime(append(b, `,"created":`...), e.Created)
 	return append(b, '}')
-}
-
-// appendJSONString appends s as json.Marshal quotes it.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // escapes: rare in queue names and errors
-			return append(b, q...)
-		}
-	}
-	return append(append(append(b, '"'), s...), '"')
-}
-
-// appendJSONTime appends t as time.Time's MarshalJSON does.
-func appendJSONTime(b []byte, t time.Time) []byte {
-	return append(t.AppendFormat(append(b, '"'), time.RFC3339Nano), '"')
 }
 
 // PendingEffects returns up to limit undelivered effects in insertion order.
@@ -291,6 +281,11 @@ func AckEffect(tx Tx, e Effect) error {
 }
 
 const timerDedupe = "dedupe"
+
+// BucketDedupe is the bucket of Dedupe's and Remember's keys (inbound event
+// IDs), which are nearly always read before they exist: a backend may take
+// them as missing without asking and check that at commit (store/etcd).
+const BucketDedupe = bucketDedupe
 
 // Dedupe records key as seen until now+ttl. It returns true the first time a
 // live key is seen and false for every repeat before it expires.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -29,6 +30,22 @@ func TestAppendEffectIsJSONMarshal(t *testing.T) {
 		}
 		if got := appendEffect(nil, &e); string(got) != string(want) {
 			t.Errorf("appendEffect:\n got %s\nwant %s", got, want)
+		}
+	}
+}
+
+// The index keys are built without fmt, and are what fmt built: the keys of
+// a store written by an older bridge are found again.
+func TestKeysAreWhatFmtWrote(t *testing.T) {
+	for _, ms := range []int64{0, 1, 1795953600000, 9999999999999, 12345678901234, -1, -1795953600000} {
+		due := time.UnixMilli(ms)
+		if got, want := timerKey("approval", due, "R-1/0000"), fmt.Sprintf("%s/%013d/%s", "approval", ms, "R-1/0000"); got != want {
+			t.Errorf("timerKey(%d) = %q, want %q", ms, got, want)
+		}
+	}
+	for _, seq := range []uint64{0, 1, 42, 1<<63 + 5, 1<<64 - 1} {
+		if got, want := outboxKey(seq), fmt.Sprintf("%020d", seq); got != want {
+			t.Errorf("outboxKey(%d) = %q, want %q", seq, got, want)
 		}
 	}
 }

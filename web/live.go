@@ -21,8 +21,9 @@ const keepAlive = 30 * time.Second
 // request page), "text" with the answer written so far (a JSON string),
 // while its agent writes it, if the person may see that request. It wakes on the store's
 // notifications: the rooms the person may see (room=NAME: that one; "*":
-// all of them), approvals (cards) and the outbox (task lines). A room the
-// person may not see is refused.
+// all of them), approvals (cards) and the outbox (task lines), and on the
+// runners' hub (a runner connected or dropped: the runners section). A
+// room the person may not see is refused.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	sess := s.session(r)
 	if sess == nil {
@@ -57,6 +58,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		ch, unsub := s.store.Subscribe(t)
 		defer unsub()
 		go forward(r.Context().Done(), ch, wake)
+	}
+	if s.remote != nil {
+		go s.runnerChanges(r.Context().Done(), s.remote.Changed(), wake)
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")

@@ -26,10 +26,23 @@ agents:
 // h's bridge until the returned stop.
 func startLaptop(t *testing.T, h *harness) (stop func()) {
 	t.Helper()
+	return runLaptop(t, h, addLaptop(t, h))
+}
+
+// addLaptop registers the runner laptop and gives its token.
+func addLaptop(t *testing.T, h *harness) string {
+	t.Helper()
 	tok, err := runners.Add(context.Background(), h.bridge.DB, time.Now(), "laptop")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tok
+}
+
+// runLaptop runs the runner laptop (hosting remote) in-process against h's
+// bridge until the returned stop.
+func runLaptop(t *testing.T, h *harness, tok string) (stop func()) {
+	t.Helper()
 	r, err := runners.NewRunner(runners.RunnerOptions{Name: "laptop", URLs: []string{h.bridge.URL}, Token: tok,
 		Retry: 20 * time.Millisecond, Agents: map[string]agents.Runtime{
 			"remote": &process.Runtime{Kind: process.Exec, Command: []string{"sh", "-c", `read turn; echo '{"type":"final","text":"ok"}'`}}}})
@@ -94,8 +107,7 @@ func TestRoomRunnersMembersOnly(t *testing.T) {
 	}
 }
 
-// roomState reloads page until the runner row shows one of states (a
-// reload shows the current state: nothing notifies a runner's connection).
+// roomState reloads page until the runner row shows one of states.
 func roomState(t *testing.T, ctx context.Context, page, row string, states ...string) {
 	t.Helper()
 	deadline := time.Now().Add(waitFor)
@@ -108,5 +120,43 @@ func roomState(t *testing.T, ctx context.Context, page, row string, states ...st
 		if time.Now().After(deadline) {
 			t.Fatalf("runner row shows %q, want one of %q", st, states)
 		}
+	}
+}
+
+// TestBrowserRoomRunnersLive: the room's runners section redraws by itself
+// (no reload) when its runner connects, drops and connects again, and
+// lists only the room's agents of the runner (laptop also hosts ops's
+// agent remote2, which lab's page does not show).
+func TestBrowserRoomRunnersLive(t *testing.T) {
+	cfg := strings.Replace(runnerConfig, "agents:\n", "  - {name: ops, channels: {slack: C0888}, agents: [remote2], members: [slack:UOWNER]}\nagents:\n  remote2: {kind: runner, runner: laptop}\n", 1)
+	h := newHarnessConfig(t, cfg)
+	tok := addLaptop(t, h)
+	ctx := browser(t, 1280, 800)
+	link := h.signInLink(owner)
+	base, _, _ := strings.Cut(link, "/signin")
+	row := `#runners tr[data-runner="laptop"]`
+	run(t, ctx, "signing in", chromedp.Navigate(link), click(`form[action="/signin"] button`),
+		chromedp.WaitVisible("#requests", chromedp.ByQuery), chromedp.Navigate(base+"/rooms/lab"), chromedp.WaitVisible(row, chromedp.ByQuery))
+	waitTrue(t, ctx, "the page's live stream open", `document.body.dataset.connected === "1"`)
+	run(t, ctx, "marking the page", chromedp.Evaluate(`window.notReloaded = true`, nil))
+	state := func(want string) {
+		t.Helper()
+		waitTrue(t, ctx, "runner laptop "+want,
+			`(function(){var e=document.querySelector(`+quote(row+" .state")+`);return !!e && e.textContent===`+quote(want)+`})()`)
+	}
+	state("never connected")
+	stop := runLaptop(t, h, tok)
+	state("connected")
+	if got := textOf(t, ctx, row+" td:nth-child(2)"); got != "remote" {
+		t.Fatalf("lab's runner row lists agents %q, want only lab's remote (not ops's remote2)", got)
+	}
+	stop()
+	state("disconnected")
+	runLaptop(t, h, tok)
+	state("connected")
+	var same bool
+	run(t, ctx, "checking the page was not reloaded", chromedp.Evaluate(`window.notReloaded === true`, &same))
+	if !same {
+		t.Fatal("the page was reloaded; want the section redrawn in place")
 	}
 }

@@ -141,10 +141,14 @@ func (r *recorder) Update(ctx context.Context, fn func(store.Tx) error) error {
 
 // BenchmarkCreateVsFencedTxn runs, side by side (ten alternating rounds),
 // 16 concurrent submitters of Create (with the thread observer) on etcd
-// (one embedded member, loopback, fenced) and the raw ceiling: 16
+// (one embedded member, loopback, fenced) and two raw ceilings: 16
 // goroutines each committing fenced Txns that put the keys and value sizes
-// one creation writes (recorded from a real one). ratio is creations/s over
-// the ceiling's.
+// one creation writes (recorded from a real one), and 16 goroutines of
+// small fenced Txns (one 64-byte put: the "raw fenced Txns").
+// Creations are made as the bridge makes them: each with its platform
+// event key (deduped), under the default queue limit, spread over 64
+// agents. ratio is creations/s over the same-keys ceiling's, ratio-small
+// over the small Txns'.
 func BenchmarkCreateVsFencedTxn(b *testing.B) {
 	const workers = 16
 	srv := etcdtest.Start(b)
@@ -166,17 +170,28 @@ func BenchmarkCreateVsFencedTxn(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	rooms := []config.Room{{Name: "main", Console: true, Agents: []string{"coder"}}}
+	const agents = 64
+	var names []string
+	for i := range agents {
+		names = append(names, fmt.Sprintf("coder%d", i))
+	}
+	rooms := []config.Room{{Name: "main", Console: true, Agents: names}}
 	observe := threads.New(directory.New(rooms, []string{"console:alice"}, chat.Console)).Observe
-	a := requests.Ask{Agent: "coder", Room: "main", Surface: chat.Console, User: "console:alice", Text: "say hi"}
+	ask := func(i int) requests.Ask {
+		return requests.Ask{Agent: names[i%agents], Room: "main", Surface: chat.Console, User: "console:alice",
+			Text: "say hi", EventKey: fmt.Sprintf("console:Ev%09d", i)}
+	}
+	newService := func(st store.Store) *requests.Service {
+		svc := requests.NewService(st, clock.Real{}, "acme", []string{"console:alice"})
+		svc.SetQueueLimit(config.DefaultQueueLimit)
+		svc.AddObserver("threads", observe)
+		return svc
+	}
 	rec := &recorder{Store: s, writes: map[string]int{}}
-	recSvc := requests.NewService(rec, clock.Real{}, "acme", []string{"console:alice"})
-	recSvc.AddObserver("threads", observe)
-	if _, err := recSvc.Create(ctx, a); err != nil {
+	if _, err := newService(rec).Create(ctx, ask(1<<30)); err != nil {
 		b.Fatal(err)
 	}
-	svc := requests.NewService(s, clock.Real{}, "acme", []string{"console:alice"})
-	svc.AddObserver("threads", observe)
+	svc := newService(s)
 	fenceKey, fenceRev, ok := l.Term()
 	if !ok {
 		b.Fatal("not leading")
@@ -192,7 +207,15 @@ func BenchmarkCreateVsFencedTxn(b *testing.B) {
 		}
 		return err
 	}
-	create := func(int) error { _, err := svc.Create(ctx, a); return err }
+	small := func(i int) error {
+		resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(fenceKey), "=", fenceRev)).
+			Then(clientv3.OpPut(fmt.Sprintf("/bench/small/%09d", i), string(make([]byte, 64)))).Commit()
+		if err == nil && !resp.Succeeded {
+			err = store.ErrFenced
+		}
+		return err
+	}
+	create := func(i int) error { _, err := svc.Create(ctx, ask(i)); return err }
 	run := func(from, to int, op func(int) error) time.Duration {
 		var next sync.Mutex
 		i := from
@@ -219,18 +242,21 @@ func BenchmarkCreateVsFencedTxn(b *testing.B) {
 		return time.Since(start)
 	}
 	const rounds = 10
-	var tRaw, tCreate time.Duration
+	var tRaw, tSmall, tCreate time.Duration
 	b.ResetTimer()
 	for r := range rounds {
 		from, to := b.N*r/rounds, b.N*(r+1)/rounds
 		tRaw += run(from, to, raw)
+		tSmall += run(from, to, small)
 		tCreate += run(from, to, create)
 	}
 	b.StopTimer()
-	creates, ceiling := float64(b.N)/tCreate.Seconds(), float64(b.N)/tRaw.Seconds()
+	creates, ceiling, smallCeiling := float64(b.N)/tCreate.Seconds(), float64(b.N)/tRaw.Seconds(), float64(b.N)/tSmall.Seconds()
 	b.ReportMetric(creates, "creates/s")
 	b.ReportMetric(ceiling, "ceiling/s")
 	b.ReportMetric(creates/ceiling, "ratio")
+	b.ReportMetric(smallCeiling, "small-txn/s")
+	b.ReportMetric(creates/smallCeiling, "ratio-small")
 	b.ReportMetric(float64(len(rec.writes)), "writes/create")
 	b.ReportMetric(0, "ns/op")
 }

@@ -112,7 +112,20 @@ type Options struct {
 	Timeout time.Duration
 	// Log receives warnings (fenced writes, conflicts). Default: discard.
 	Log *slog.Logger
+	// Absent names the buckets whose keys are nearly always missing when
+	// an Update reads them (default DefaultAbsent). Such a read, not in the
+	// group's cache, is answered "missing" without a round trip; the Txn
+	// compares that the key has no revision, and if it has (the guess was
+	// wrong: a redelivered event), the group runs again reading it from
+	// etcd. Nothing is written on a wrong guess. A key this store wrote or
+	// read (the newest presentKeys of them) is never guessed: a single
+	// writer guesses wrong only about keys of an earlier process.
+	Absent []string
 }
+
+// DefaultAbsent is Options.Absent's default: the dedupe keys of inbound
+// events (a new event's key is never there).
+var DefaultAbsent = []string{store.BucketDedupe}
 
 // Store is a store.Store on etcd.
 type Store struct {
@@ -121,7 +134,11 @@ type Store struct {
 	opt    Options
 	store.Notifier
 
-	gc *store.GroupCommit
+	gc     *store.GroupCommit
+	absent map[string]bool // Options.Absent
+	// present: keys of Options.Absent that this store wrote or read, not
+	// guessed missing. Used only by the committing goroutine.
+	present *recent
 
 	// warm is what the last committed group read and wrote, as of the
 	// revision of its Txn: the next group starts from it instead of reading
@@ -161,7 +178,13 @@ func New(cli *clientv3.Client, o Options) (*Store, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{cli: cli, prefix: o.Prefix, opt: o}
+	if o.Absent == nil {
+		o.Absent = DefaultAbsent
+	}
+	s := &Store{cli: cli, prefix: o.Prefix, opt: o, absent: map[string]bool{}, present: newRecent(presentKeys)}
+	for _, b := range o.Absent {
+		s.absent[b] = true
+	}
 	s.gc = store.NewGroupCommit(maxBatch, s.commit)
 	return s, nil
 }
@@ -198,9 +221,10 @@ func (s *Store) Close() error {
 // allow, and answers each.
 func (s *Store) commit(batch []*store.Call) {
 	retries := 0
+	guess := true // reads of Options.Absent may be guessed missing
 	for len(batch) > 0 {
 		ctx, cancel := s.groupContext(batch)
-		g := &group{s: s, ctx: ctx, writes: map[string]write{}, reads: map[string]int64{}, cache: map[string]cached{}}
+		g := &group{s: s, ctx: ctx, writes: map[string]write{}, reads: map[string]int64{}, cache: map[string]cached{}, guess: guess}
 		warm := s.takeWarm(g)
 		var fenceKey string
 		var fenceRev int64
@@ -222,6 +246,10 @@ func (s *Store) commit(batch []*store.Call) {
 		rev, verified, err := s.txn(g, fenceKey, fenceRev)
 		cancel()
 		switch {
+		case errors.Is(err, errConflict) && len(g.guessed) > 0:
+			guess = false // a key guessed missing was there: read them all
+			batch = append(members, rest...)
+			continue
 		case errors.Is(err, errConflict) && (warm || retries < maxConflictRetries):
 			if !warm { // a stale warm cache is not a conflict of the calls
 				retries++
@@ -241,7 +269,7 @@ func (s *Store) commit(batch []*store.Call) {
 			}
 		}
 		batch = rest
-		retries = 0
+		retries, guess = 0, true
 	}
 }
 
@@ -254,8 +282,8 @@ func (s *Store) runGroup(g *group, batch []*store.Call, fenced bool) (members []
 			c.Done(err)
 			continue
 		}
-		t := &tx{g: g, writable: true, writes: map[string]write{}, reads: map[string]int64{}}
-		if err := c.Run(t); err != nil {
+		t, err := s.runCall(g, c)
+		if err != nil {
 			c.Done(err)
 			continue
 		}
@@ -272,6 +300,29 @@ func (s *Store) runGroup(g *group, batch []*store.Call, fenced bool) (members []
 		topics = append(topics, t.topics)
 	}
 	return members, topics, nil
+}
+
+// runCall runs c on a new view of g. A call that fails after reading keys
+// guessed missing (Options.Absent) is run again with those keys read from
+// etcd: its failure may come from the guess (an Idempotency-Key whose first
+// request exists, refused "queue full" instead of replayed; a redelivered
+// reply refused because its request has ended), and a failed call's guesses
+// are never compared. One more read per failing call that guessed, and
+// only then.
+func (s *Store) runCall(g *group, c *store.Call) (*tx, error) {
+	t := &tx{g: g, writable: true, writes: map[string]write{}, reads: map[string]int64{}}
+	err := c.Run(t)
+	if err == nil || len(t.guessed) == 0 {
+		return t, err
+	}
+	for k := range t.guessed {
+		delete(g.cache, k) // a member's guess of k is still compared: a conflict if k is there
+	}
+	guess := g.guess
+	g.guess = false
+	defer func() { g.guess = guess }()
+	t = &tx{g: g, writable: true, writes: map[string]write{}, reads: map[string]int64{}}
+	return t, c.Run(t)
 }
 
 // takeWarm starts g from the warm cache, if it is recent, and reports
@@ -299,6 +350,7 @@ func (s *Store) keepWarm(g *group, rev int64, verified bool) {
 		// without its compare: keep only what this Txn wrote.
 		c = make(map[string]cached, len(g.writes))
 	}
+	s.remember(g)
 	for k, w := range g.writes {
 		if w.del {
 			c[k] = cached{}
@@ -307,6 +359,27 @@ func (s *Store) keepWarm(g *group, rev int64, verified bool) {
 		}
 	}
 	s.warm, s.warmRev, s.warmAt = c, rev, time.Now()
+}
+
+// remember adds the keys of Options.Absent that committed group g wrote, or
+// read as there, to the keys never guessed missing.
+func (s *Store) remember(g *group) {
+	for k, w := range g.writes {
+		if !w.del && s.isAbsent(k) {
+			s.present.add(k)
+		}
+	}
+	for k, rev := range g.reads {
+		if rev != 0 && s.isAbsent(k) {
+			s.present.add(k)
+		}
+	}
+}
+
+// isAbsent reports whether full key k is in a bucket of Options.Absent.
+func (s *Store) isAbsent(k string) bool {
+	b, _, ok := strings.Cut(strings.TrimPrefix(k, s.prefix+"/"), "/")
+	return ok && s.absent[b]
 }
 
 // groupContext returns the context of one group's etcd calls: bounded by
@@ -346,7 +419,7 @@ var errConflict = errors.New("store: etcd: conflict")
 // txn commits g's writes as one etcd Txn guarded by the fence and g's read
 // compares.
 func (s *Store) txn(g *group, fenceKey string, fenceRev int64) (rev int64, verified bool, err error) {
-	if len(g.writes) == 0 && fenceKey == "" {
+	if len(g.writes) == 0 && fenceKey == "" && len(g.guessed) == 0 {
 		return 0, false, nil // nothing to write, nothing to check
 	}
 	var cmps []clientv3.Cmp
@@ -356,7 +429,10 @@ func (s *Store) txn(g *group, fenceKey string, fenceRev int64) (rev int64, verif
 		// Update as a claim before an effect outside the store).
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(fenceKey), "=", fenceRev))
 	}
-	if len(g.writes) > 0 {
+	if len(g.guessed) > s.opt.MaxTxnOps-len(cmps) {
+		return 0, false, errConflict // the guesses cannot all be checked: read them
+	}
+	if len(g.writes) > 0 || len(g.guessed) > 0 {
 		reads := g.compares(s.opt.MaxTxnOps - len(cmps))
 		verified = len(reads) == len(g.spans)+len(g.reads)
 		cmps = append(cmps, reads...)

@@ -33,12 +33,18 @@ type group struct {
 	reads  map[string]int64 // full key → ModRevision seen (0: missing)
 	spans  []span
 	cache  map[string]cached // values read at rev, shared by the group's calls
+
+	guess   bool            // reads of Options.Absent may be guessed missing
+	guessed map[string]bool // keys taken as missing without a read
 }
 
 // cached is a value read from etcd at the group's revision.
 type cached struct {
 	value  []byte // nil: missing
 	modRev int64
+	// guessed: taken as missing without a read (Options.Absent); every
+	// Update that uses it compares it, whatever the ops limit.
+	guessed bool
 }
 
 // fits reports whether t's writes can join the group's Txn.
@@ -72,12 +78,22 @@ func (g *group) merge(t *tx) {
 		g.reads[k] = rev
 	}
 	g.spans = append(g.spans, t.spans...)
+	for k := range t.guessed {
+		if g.guessed == nil {
+			g.guessed = map[string]bool{}
+		}
+		g.guessed[k] = true
+	}
 }
 
 // compares returns at most limit compares that fail if anything the group
-// read from etcd changed after the read revision.
+// read from etcd changed after the read revision. The keys guessed missing
+// come first: they must all be compared (txn makes sure they fit).
 func (g *group) compares(limit int) []clientv3.Cmp {
 	var out []clientv3.Cmp
+	for _, k := range slices.Sorted(maps.Keys(g.guessed)) {
+		out = append(out, clientv3.Compare(clientv3.ModRevision(k), "=", 0))
+	}
 	for _, sp := range g.spans {
 		if len(out) >= limit {
 			return out
@@ -85,6 +101,9 @@ func (g *group) compares(limit int) []clientv3.Cmp {
 		out = append(out, clientv3.Compare(clientv3.ModRevision(sp.start), "<", g.rev+1).WithRange(sp.end))
 	}
 	for _, k := range slices.Sorted(maps.Keys(g.reads)) {
+		if g.guessed[k] {
+			continue
+		}
 		if len(out) >= limit {
 			return out
 		}
@@ -122,6 +141,7 @@ type tx struct {
 	writes   map[string]write
 	reads    map[string]int64
 	spans    []span
+	guessed  map[string]bool
 	topics   store.Topics
 }
 
@@ -164,7 +184,17 @@ func (t *tx) Get(bucket, key string) ([]byte, error) {
 		return append([]byte{}, w.value...), nil
 	}
 	c, ok := t.g.cache[full]
-	if !ok {
+	switch {
+	case ok && !c.guessed:
+	case ok || (t.writable && t.g.guess && t.g.s.absent[bucket] && !t.g.s.present.has(full)):
+		// Taken as missing, compared at commit.
+		if t.guessed == nil {
+			t.guessed = map[string]bool{}
+		}
+		t.guessed[full] = true
+		c = cached{guessed: true}
+		t.g.cache[full] = c
+	default:
 		resp, err := t.g.get(full)
 		if err != nil {
 			return nil, err

@@ -1,0 +1,39 @@
+package audit
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// A record is stored exactly as json.Marshal encodes it, whatever its
+// strings and times (the export writes stored records as they are), under
+// the key fmt built before.
+func TestAppendRecordIsJSONMarshal(t *testing.T) {
+	// appendRecord writes Record's 9 fields by hand (the second case below
+	// sets them all): a new field must be taught to it, and set here.
+	if n := reflect.TypeFor[Record]().NumField(); n != 9 {
+		t.Fatalf("Record has %d fields, appendRecord writes 9: add the new one to appendRecord and to this test", n)
+	}
+	at := time.Date(2026, 12, 1, 11, 30, 5, 123456789, time.UTC)
+	for _, r := range []Record{
+		{},
+		{Seq: 1<<64 - 1, Time: at, RequestID: "R20261201-01", Actor: "slack:U1", Surface: "slack", Action: "expire",
+			From: "pending", To: "expired", Detail: `approval "R-1": <nobody> & \ decided within 1 h`},
+		{Seq: 7, Time: time.Unix(0, 1).UTC(), Actor: "system:ttl", Action: "x", Detail: "hé · — \x01 \u2028 \xff \x7f"},
+		{Seq: 12, Time: at.In(time.FixedZone("x", 5*3600+1800)), Actor: "日本", Action: "decision_refused", To: "t"},
+	} {
+		want, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendRecord(nil, &r); string(got) != string(want) {
+			t.Errorf("appendRecord:\n got %s\nwant %s", got, want)
+		}
+		if got, want := key(&r), fmt.Sprintf("%013d-%012d", r.Time.UnixMilli(), r.Seq); got != want {
+			t.Errorf("key = %q, want %q", got, want)
+		}
+	}
+}
