@@ -23,7 +23,11 @@ type Turn struct {
 	Session string
 	// Resumed is set when the turn continues a request interrupted by a restart.
 	Resumed bool
-	Input   []Input
+	// Number is the request's turn number: 1 for its first, one more for
+	// each wake; a resumed turn keeps the number of the turn it repeats (0:
+	// a request started by an earlier version, which has no turn record).
+	Number int
+	Input  []Input
 	// Cancel is closed when the request is cancelled: the runtime stops the
 	// agent at its next safe point (after the tool that runs ends).
 	Cancel <-chan struct{}
@@ -126,6 +130,17 @@ type Outcome struct {
 // returns; the request stays running, to be resumed.
 type Runtime interface {
 	Run(ctx context.Context, t Turn, sink Sink) (Outcome, error)
+}
+
+// Settler is a Runtime told when the end of one of its turns is recorded
+// (the request ended, failed or parked in the store): a runtime that runs
+// turns elsewhere (a runner, package runners) lets go of a turn's end only
+// then, so that a crash between the end's arrival and its record finds the
+// end again instead of running the turn twice. The scheduler calls it
+// after Run, once the outcome is committed; never for a turn cut before
+// its end was recorded (a drain, a lost lead, a store failure).
+type Settler interface {
+	Settled(ctx context.Context, t Turn)
 }
 
 // Approver answers an agent's request_approval during a run: it asks the

@@ -307,7 +307,7 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 	cancelCh, stopWatch := s.watchCancel(ctx, r)
 	defer stopWatch()
 	turn := Turn{
-		RequestID: r.ID.String(), Agent: a.Name, Session: r.Session, Resumed: resumed,
+		RequestID: r.ID.String(), Agent: a.Name, Session: r.Session, Resumed: resumed, Number: num,
 		Input: input, Cancel: cancelCh, Drain: s.drain,
 	}
 	revoke := s.issueTools(ctx, log, r.ID, &turn)
@@ -339,21 +339,29 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 		log.WarnContext(ctx, "turn cut by a store error; will resume", "error", err)
 		return fmt.Errorf("agents: turn of %s: %w", r.ID, err)
 	}
-	return s.settle(ctx, r.ID, j.input, func(ctx context.Context) error {
-		switch {
-		case err != nil:
-			log.WarnContext(ctx, "turn failed", "error", err)
-			return s.end(ctx, r.ID, requests.Fail, err.Error(), "", j.input)
-		case out.Stopped:
-			return s.end(ctx, r.ID, requests.Cancel, "", out.Final, j.input)
-		case out.Yielded:
-			return s.yield(ctx, r, out.Reason, j.input)
-		case out.YieldIfWaiting:
-			return s.finalOrWait(ctx, r, out.Final, j.input)
-		default:
-			return s.end(ctx, r.ID, requests.Finish, "", out.Final, j.input)
-		}
-	})
+	ran := err
+	err = s.settle(ctx, r.ID, j.input, func(ctx context.Context) error { return s.record(ctx, log, r, out, ran, j.input) })
+	if st, ok := a.Runtime.(Settler); ok && err == nil {
+		st.Settled(context.WithoutCancel(ctx), turn) // the end is committed: the runtime may let go of it
+	}
+	return err
+}
+
+// record writes how r's turn ended (out, or the runtime's error).
+func (s *Scheduler) record(ctx context.Context, log *slog.Logger, r *requests.Request, out Outcome, err error, got []pendingInput) error {
+	switch {
+	case err != nil:
+		log.WarnContext(ctx, "turn failed", "error", err)
+		return s.end(ctx, r.ID, requests.Fail, err.Error(), "", got)
+	case out.Stopped:
+		return s.end(ctx, r.ID, requests.Cancel, "", out.Final, got)
+	case out.Yielded:
+		return s.yield(ctx, r, out.Reason, got)
+	case out.YieldIfWaiting:
+		return s.finalOrWait(ctx, r, out.Final, got)
+	default:
+		return s.end(ctx, r.ID, requests.Finish, "", out.Final, got)
+	}
 }
 
 // recordUsage adds what a turn cost to its request (audited: the export
@@ -491,6 +499,7 @@ func (s *Scheduler) end(ctx context.Context, id requests.ID, ev requests.Event, 
 		if err != nil {
 			return err
 		}
+		failpoint.Hit(failpoint.TurnEnding) // the end is being recorded: not committed
 		failpoint.AtCommit(tx, failpoint.RequestEnded)
 		if err := tx.Delete(bucketParked, requestKey(r)); err != nil {
 			return err

@@ -14,8 +14,9 @@ import (
 // applied, and at the end), so a reconnect can resend what the bridge
 // missed and the buffer stays small however long the turn talks.
 type localTurn struct {
-	r   *Runner
-	req string
+	r      *Runner
+	req    string
+	number int // the scheduler's number of the turn (Turn.Number)
 	// out orders the sends of the turn's frames: a re-attach's resend and
 	// new frames go out in sequence.
 	out sync.Mutex
@@ -39,7 +40,7 @@ type localTurn struct {
 // start runs a new turn t as a local process.
 func (r *Runner) start(ctx context.Context, c *rconn, t Turn) {
 	rt := r.o.Agents[t.Agent]
-	lt := &localTurn{r: r, req: t.RequestID, seq: t.After, on: c, token: t.MCPToken, replies: map[string]chan agents.Response{},
+	lt := &localTurn{r: r, req: t.RequestID, number: t.Number, seq: t.After, on: c, token: t.MCPToken, replies: map[string]chan agents.Response{},
 		cancel: make(chan struct{}), drain: make(chan struct{})}
 	r.mu.Lock()
 	r.turns[t.RequestID] = lt
@@ -54,7 +55,7 @@ func (r *Runner) start(ctx context.Context, c *rconn, t Turn) {
 		turn.MCPURL, turn.MCPToken = r.mcp.url, r.mcp.issue(lt)
 		lt.local = turn.MCPToken
 	}
-	r.o.Log.Info("runner: turn starting", "request_id", t.RequestID, "agent", t.Agent, "resumed", t.Resumed)
+	r.o.Log.Info("runner: turn starting", "request_id", t.RequestID, "agent", t.Agent, "turn", t.Number, "resumed", t.Resumed)
 	go func() {
 		out, err := rt.Run(ctx, turn, &localSink{lt: lt})
 		r.mcp.revoke(lt.local)
@@ -104,12 +105,18 @@ func (lt *localTurn) acked(seq int) (forget bool) {
 	return false
 }
 
-// over reports whether the turn has ended (its done frame is kept until
-// acknowledged).
-func (lt *localTurn) over() bool {
+// abandon lets go of a turn replaced by another of its request: its frames
+// no longer go out (the bridge would take them for the new turn's), and
+// if it still runs it is stopped.
+func (lt *localTurn) abandon() {
 	lt.mu.Lock()
-	defer lt.mu.Unlock()
-	return lt.ended
+	lt.on = nil
+	ended := lt.ended
+	lt.mu.Unlock()
+	if !ended {
+		lt.r.o.Log.Warn("runner: a turn replaced by another of its request; stopping it", "request_id", lt.req, "turn", lt.number)
+		lt.cOnce.Do(func() { close(lt.cancel) })
+	}
 }
 
 // buffered is how many frames the turn keeps.

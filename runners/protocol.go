@@ -29,7 +29,7 @@ const (
 	FrameCancel    = "cancel"    // b→r: Turn.Cancel closed
 	FrameDrain     = "drain"     // b→r: Turn.Drain closed
 	FrameDone      = "done"      // r→b: the turn ended
-	FrameAck       = "ack"       // b→r: the frames through seq are applied (the done frame: forget the turn)
+	FrameAck       = "ack"       // b→r: the frames through seq are applied (no seq: the turn's end is recorded, forget it)
 	FrameTask      = "task"      // b→r: start a background command
 	FrameTaskStop  = "task_stop" // b→r: stop it
 	FrameTaskEnd   = "task_end"  // r→b: it ended
@@ -58,7 +58,10 @@ type Frame struct {
 	// within its turn (event, call, done).
 	Request string `json:"request,omitempty"`
 	Seq     int    `json:"seq,omitempty"`
-	Turn    *Turn  `json:"turn,omitempty"`
+	// Number (ack) is the number of the turn acknowledged (Turn.Number):
+	// an ack of another turn of the request is ignored.
+	Number int   `json:"number,omitempty"`
+	Turn   *Turn `json:"turn,omitempty"`
 	// Event is an event or a call (its ID names the call).
 	Event    *agents.TurnEvent `json:"event,omitempty"`
 	Response *agents.Response  `json:"response,omitempty"`
@@ -82,10 +85,11 @@ type Turn struct {
 	// turn resends the frames after it (and its calls not answered yet); a
 	// new one numbers its frames from it.
 	After int `json:"after,omitempty"`
-	// New: the turn's first send, and not a resumed turn: a new turn of
-	// the request (its first, or the next after a wake), never a
-	// re-attach to an ended one the runner still keeps.
-	New bool `json:"new,omitempty"`
+	// Number is the scheduler's number of the request's turn
+	// (agents.Turn.Number): the runner re-attaches only to a turn of the
+	// same number it keeps (running, or ended and its end not yet
+	// recorded); any other it keeps is over, and this one starts.
+	Number int `json:"number,omitempty"`
 }
 
 // Job is a background command of a runner-hosted agent (delegation's

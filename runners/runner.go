@@ -329,12 +329,15 @@ func (r *Runner) handle(ctx context.Context, c *rconn, f Frame) {
 		if f.Turn == nil {
 			return
 		}
-		// A new turn of the request (its first, or the next after a
-		// wake): an ended one the runner still keeps (its end's ack was
-		// lost) is over, not to be re-attached.
-		if lt != nil && !(f.Turn.New && lt.over()) {
+		// The same turn (by its number) is re-attached, ended or not
+		// (an end not yet recorded is resent); a turn of another number
+		// kept here is over (its end's ack was lost), or abandoned.
+		if lt != nil && lt.number == f.Turn.Number {
 			lt.reattach(c, *f.Turn)
 			return
+		}
+		if lt != nil {
+			lt.abandon()
 		}
 		r.start(r.life, c, *f.Turn)
 	case FrameCancel, FrameDrain, FrameReply:
@@ -344,7 +347,7 @@ func (r *Runner) handle(ctx context.Context, c *rconn, f Frame) {
 	case FrameTask, FrameTaskStop, FrameTaskAck:
 		r.handleJob(f)
 	case FrameAck:
-		if lt != nil && lt.acked(f.Seq) {
+		if lt != nil && lt.number == f.Number && lt.acked(f.Seq) {
 			r.mu.Lock()
 			if r.turns[f.Request] == lt {
 				delete(r.turns, f.Request)

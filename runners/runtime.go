@@ -26,6 +26,25 @@ var _ agents.Runtime = (*Runtime)(nil)
 // Runtime gives agent's runtime.
 func (h *Hub) Runtime(agent string) *Runtime { return &Runtime{Hub: h, Agent: agent} }
 
+var _ agents.Settler = (*Runtime)(nil)
+
+// Settled implements agents.Settler: t's end is recorded, so the runner
+// may forget the turn (an ack without a sequence number). An ack lost
+// with the connection leaves the ended turn kept at the runner, harmless:
+// a turn of another number replaces it.
+func (r *Runtime) Settled(_ context.Context, t agents.Turn) {
+	h := r.Hub
+	h.mu.Lock()
+	var c *conn
+	if x := h.host[h.o.Hosts[r.Agent]]; x != nil {
+		c = x.c
+	}
+	h.mu.Unlock()
+	if c != nil {
+		_ = c.send(Frame{Type: FrameAck, Request: t.RequestID, Number: t.Number})
+	}
+}
+
 // turnRun is one Run's state.
 type turnRun struct {
 	h      *Hub
@@ -156,7 +175,7 @@ func (tr *turnRun) send(ctx context.Context, x *host, c *conn) error {
 	restart := !first && !live
 	tr.sent = c
 	w := &Turn{RequestID: tr.t.RequestID, Agent: tr.t.Agent, Session: tr.t.Session, Resumed: tr.t.Resumed || restart,
-		Input: tr.t.Input, MCPToken: tr.t.MCPToken, After: tr.seq, New: first && !tr.t.Resumed}
+		Input: tr.t.Input, MCPToken: tr.t.MCPToken, After: tr.seq, Number: tr.t.Number}
 	if err := c.send(Frame{Type: FrameTurn, Request: tr.t.RequestID, Turn: w}); err != nil {
 		h.o.Log.Warn("runner: sending a turn failed; waiting for the runner", "runner", x.name, "request_id", tr.t.RequestID, "error", err)
 		tr.sent = nil
@@ -228,9 +247,16 @@ func (tr *turnRun) apply(ctx context.Context, f Frame) (done bool, out agents.Ou
 			return true, agents.Outcome{}, err
 		}
 	case f.Type == FrameDone:
+		// The end is acknowledged once the scheduler has recorded it
+		// (Settled): until then the runner keeps it, and whoever resumes
+		// the turn gets it again instead of running the turn twice. A
+		// turn cut (interrupted) has no end to record: it starts again
+		// when resumed, so the runner forgets it now.
 		tr.seq = f.Seq
-		tr.ack()
 		out, err := f.outcome()
+		if errors.Is(err, agents.ErrInterrupted) {
+			tr.ack()
+		}
 		return true, out, err
 	}
 	tr.seq = max(tr.seq, f.Seq)
@@ -263,7 +289,7 @@ const AckEvery = 16
 // sink's reports, and their mark, are committed to the store when it
 // returns; calls are kept by the runner until answered).
 func (tr *turnRun) ack() {
-	if tr.sent != nil && tr.sent.send(Frame{Type: FrameAck, Request: tr.t.RequestID, Seq: tr.seq}) == nil {
+	if tr.sent != nil && tr.sent.send(Frame{Type: FrameAck, Request: tr.t.RequestID, Number: tr.t.Number, Seq: tr.seq}) == nil {
 		tr.acked = tr.seq
 	}
 }

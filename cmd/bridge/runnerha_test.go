@@ -69,8 +69,7 @@ agents:
 
 // finishAfterFailover lets the runner's agent answer once bs[1] leads and
 // the runner is connected to it, and checks that the request ends there
-// with the answer, in the same session, the runner having started the
-// turn once (adopted, not restarted), the answer posted once.
+// adopted (checkAdopted).
 func finishAfterFailover(t *testing.T, bs []*haBridge, runner *proc, gate string, id requests.ID) *haBridge {
 	t.Helper()
 	next := waitLeader(t, bs, 30*time.Second)
@@ -78,6 +77,15 @@ func finishAfterFailover(t *testing.T, bs []*haBridge, runner *proc, gate string
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	checkAdopted(t, bs, runner, next, id)
+	return next
+}
+
+// checkAdopted checks that request id ends done on bridge next with the
+// runner's answer, in the same session, the runner having started the
+// turn once (adopted, not restarted), the answer posted once.
+func checkAdopted(t *testing.T, bs []*haBridge, runner *proc, next *haBridge, id requests.ID) {
+	t.Helper()
 	done := next.waitRequest(id, "done", 30*time.Second, func(r requests.Request) bool { return r.State == requests.Done })
 	if done.Result != "answer after failover" || done.Session != "s-9" {
 		t.Fatalf("result %q session %q, want the runner's answer in the same session", done.Result, done.Session)
@@ -89,7 +97,6 @@ func finishAfterFailover(t *testing.T, bs []*haBridge, runner *proc, gate string
 	if n := countLines(bs, "final: answer after failover"); n != 1 {
 		t.Fatalf("the answer was posted %d times, want once", n)
 	}
-	return next
 }
 
 // TestRunnerLeaderFailover: two bridges on one etcd, agent coder on a
@@ -135,5 +142,32 @@ func TestRunnerFrameInFlightAtFailover(t *testing.T) {
 				t.Fatalf("the message in flight was posted %d times, want once", n)
 			}
 		})
+	}
+}
+
+// TestRunnerEndInFlightAtFailover: the runner's agent answers and the
+// leader dies with the turn's end (done) arrived and not recorded
+// (turn_ending): the runner still keeps the end (it is acknowledged only
+// once recorded), the new leader re-attaches to the ended turn, gets the
+// end again and records it; the agent ran once.
+func TestRunnerEndInFlightAtFailover(t *testing.T) {
+	bs, runner, gate := runnerHA(t, []string{failpoint.EnvVar + "=" + failpoint.TurnEnding}, "working")
+	r := bs[0].create("@coder go")
+	bs[0].waitRequest(r.ID, "with its session", 30*time.Second, func(r requests.Request) bool { return r.Session == "s-9" })
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-bs[0].p.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the leader never reached %s", failpoint.TurnEnding)
+	}
+	if !strings.Contains(bs[0].p.Stderr(), "failpoint "+failpoint.TurnEnding+"@1") {
+		t.Fatalf("the leader ended, not at %s:\n%s", failpoint.TurnEnding, bs[0].p.Stderr())
+	}
+	next := waitLeader(t, bs, 30*time.Second)
+	checkAdopted(t, bs, runner, next, r.ID)
+	if n := strings.Count(runner.Stderr(), "runner: turn re-attached"); n != 1 {
+		t.Fatalf("the runner re-attached the turn %d times, want once (the new leader):\n%s", n, runner.Stderr())
 	}
 }

@@ -21,6 +21,11 @@
 //	turn_started   (Hit) agents/scheduler.go, Scheduler.run: right after
 //	               the transaction that starts, resumes or wakes a request
 //	               for a turn committed, before its agent runs.
+//	turn_ending    (Hit) agents/scheduler.go, Scheduler.end: in the
+//	               transaction that records how a request's turn ended
+//	               (final answer, failure or stop), before it commits:
+//	               for a runner-hosted agent, its done frame has arrived
+//	               and is not recorded yet.
 //	task_ended     (AtCommit) delegation/tasks.go, Service.EndTaskTx: at
 //	               the commit of a transaction that ended a background task
 //	               (its result queued in its request's inbox), before that
@@ -54,6 +59,7 @@ const EnvVar = "ROOMBRIDGE_FAILPOINTS"
 // The failpoints (see the package doc for where each is).
 const (
 	TurnStarted  = "turn_started"
+	TurnEnding   = "turn_ending"
 	TaskEnded    = "task_ended"
 	RequestEnded = "request_ended"
 	// FrameReceived and FrameApplied are a runner's report received by the
