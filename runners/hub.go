@@ -259,6 +259,7 @@ func (h *Hub) connect(stream grpc.ServerStream) error {
 	}
 	_ = touch(context.WithoutCancel(ctx), h.o.Store, hello.Runner, h.o.Clock.Now())
 	h.reconcileTasks(ctx, hello, c)
+	h.stopEnded(ctx, hello, c)
 	h.o.Log.Info("runner connected", "runner", hello.Runner, "agents", strings.Join(hello.Agents, ","), "live", len(hello.Live))
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- h.receive(hello.Runner, c) }()
@@ -269,6 +270,30 @@ func (h *Hub) connect(stream grpc.ServerStream) error {
 		return c.why
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// stopEnded cancels the turns the runner says are alive whose request has
+// ended meanwhile (cancelled while no leader ran it: the next leader ended
+// it without a turn, so no turn of the scheduler's will ever tell the
+// runner): their processes stop instead of working on unattended. A
+// request that cannot be read is left alone (its turn, if any, is the
+// scheduler's to settle).
+func (h *Hub) stopEnded(ctx context.Context, hello Frame, c *conn) {
+	if h.o.Requests == nil {
+		return
+	}
+	for _, s := range hello.Live {
+		id, err := requests.ParseID(s)
+		if err != nil {
+			continue
+		}
+		r, err := h.o.Requests.Get(ctx, id)
+		if err != nil || !r.State.Terminal() {
+			continue
+		}
+		h.o.Log.Info("runner: a live turn's request has ended; stopping it", "runner", hello.Runner, "request_id", s, "state", r.State.String())
+		_ = c.send(Frame{Type: FrameCancel, Request: s})
 	}
 }
 
