@@ -313,7 +313,9 @@ var errStopping = errors.New("mcptools: the bridge is stopping: call again once 
 func (s *Server) Close() { s.close() }
 
 // call carries out ev for the request the call's token is bound to, until
-// the call's HTTP request or the Server (Close) ends.
+// the call's HTTP request or the Server (Close) ends. A call that carries
+// an idempotency key (agents.MCPCallKeyHeader) is done once however often
+// it comes (agents.Scheduler.Call).
 func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, ev agents.TurnEvent) (agents.Response, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -325,6 +327,9 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, ev agents.T
 	if err != nil {
 		return agents.Response{}, err
 	}
+	// The call's idempotency key, when its caller repeats a call cut
+	// without an answer (the runner's proxy): the call is done once.
+	ev.ID = req.Extra.Header.Get(agents.MCPCallKeyHeader)
 	resp := s.calls.Call(ctx, id, ev)
 	if s.stop.Err() != nil && ctx.Err() != nil {
 		// Cut short by the stop: not an answer (a wait for people ended
