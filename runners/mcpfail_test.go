@@ -75,18 +75,18 @@ type cut struct {
 	version int64  // the asking request's version once the call was done
 }
 
-// cutRun runs a bridge whose network (every connection of the runner:
-// its stream and its MCP calls) goes away just after the bridge carried
-// out the first call of tool, before its answer is sent (a leader that
-// dies with the call done, or a network gone at that moment); it comes
-// back once the bridge has seen the runner go. It returns the bridge, the
+// cutRun runs a bridge whose network on the runner's first URL (its
+// stream and its MCP calls) goes away for good just after the bridge
+// carried out the first call of tool, before its answer is sent (a leader
+// that dies with the call done); the runner's second URL reaches the same
+// bridge (the next leader, with the same store). It returns the bridge, the
 // asking request once ended, and what the cut saw.
 func cutRun(t *testing.T, tool string, args map[string]any, after func(b *coretest.Bridge, id string) string) (*coretest.Bridge, *requests.Request, cut) {
 	t.Helper()
 	var bridge atomic.Pointer[coretest.Bridge]
 	var net atomic.Pointer[tcpcut.Proxy]
 	var first atomic.Bool
-	seen := make(chan cut, 1)
+	seen, again := make(chan cut, 1), make(chan string, 4)
 	wrap := func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Method != http.MethodPost || r.URL.Path != "/mcp" {
@@ -95,11 +95,16 @@ func cutRun(t *testing.T, tool string, args map[string]any, after func(b *corete
 			}
 			body, _ := io.ReadAll(r.Body)
 			r.Body = io.NopCloser(bytes.NewReader(body))
-			if !bytes.Contains(body, []byte(`"tools/call"`)) || !bytes.Contains(body, []byte(`"name":"`+tool+`"`)) || !first.CompareAndSwap(false, true) {
+			if !bytes.Contains(body, []byte(`"tools/call"`)) || !bytes.Contains(body, []byte(`"name":"`+tool+`"`)) {
 				h.ServeHTTP(w, r)
 				return
 			}
-			rec := httptest.NewRecorder()
+			if !first.CompareAndSwap(false, true) {
+				again <- r.Host + " " + r.Header.Get(agents.MCPCallKeyHeader)
+				h.ServeHTTP(w, r)
+				return
+			}
+	rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, r) // the bridge carries the call out...
 			b := bridge.Load()
 			rs, _ := b.Requests().List(context.Background(), requests.Filter{Agent: "coder"})
@@ -108,16 +113,7 @@ func cutRun(t *testing.T, tool string, args map[string]any, after func(b *corete
 				c.version = rs[0].Version
 			}
 			seen <- c
-			p := net.Load()
-			p.Cut() // ...and the network goes before its answer
-			go func() {
-				for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-					if st, err := b.Runners().Statuses(context.Background()); err == nil && len(st) > 0 && !st[0].Connected {
-						break
-					}
-				}
-				p.Heal()
-			}()
+			net.Load().Cut() // ...and the network goes before its answer
 			panic(http.ErrAbortHandler)
 		})
 	}
@@ -127,14 +123,14 @@ func cutRun(t *testing.T, tool string, args map[string]any, after func(b *corete
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := tcpcut.New(t, u.Host)
+	p, next := tcpcut.New(t, u.Host), tcpcut.New(t, u.Host)
 	net.Store(p)
 	tok, err := runners.Add(context.Background(), b.DB, time.Now(), "laptop")
 	if err != nil {
 		t.Fatal(err)
 	}
 	agent := oneCall{tool: tool, args: args, after: func(id string) string { return after(b, id) }}
-	r, err := runners.NewRunner(runners.RunnerOptions{Name: "laptop", URLs: []string{p.URL()}, Token: tok,
+	r, err := runners.NewRunner(runners.RunnerOptions{Name: "laptop", URLs: []string{p.URL(), next.URL()}, Token: tok,
 		Agents: map[string]agents.Runtime{"coder": agent}, Retry: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -159,6 +155,14 @@ func cutRun(t *testing.T, tool string, args map[string]any, after func(b *corete
 	case c = <-seen:
 	default:
 		t.Fatalf("the %s call was never cut", tool)
+	}
+	select {
+	case a := <-again:
+		if want := next.Addr() + " " + c.key; a != want {
+			t.Errorf("the call was sent again to and with %q, want %q (the runner's current bridge, the same key)", a, want)
+		}
+	default:
+		t.Errorf("the %s call was never sent again", tool)
 	}
 	return b, got, c
 }
