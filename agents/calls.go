@@ -183,7 +183,9 @@ func (s *Scheduler) askPeople(ctx context.Context, id requests.ID, ev TurnEvent,
 		} else {
 			rec.Approval = a.ID
 		}
-		if err := s.svc.Store().Update(ctx, func(tx store.Tx) error { return RecordCallTx(tx, key, rec) }); err != nil {
+		// Recorded even if the call is cut now: the ask is open, and the
+		// call sent again must wait on it, not open another.
+		if err := s.svc.Store().Update(context.WithoutCancel(ctx), func(tx store.Tx) error { return RecordCallTx(tx, key, rec) }); err != nil {
 			return approvals.Decision{}, err
 		}
 	}

@@ -104,7 +104,7 @@ func cutRun(t *testing.T, tool string, args map[string]any, after func(b *corete
 				h.ServeHTTP(w, r)
 				return
 			}
-	rec := httptest.NewRecorder()
+			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, r) // the bridge carries the call out...
 			b := bridge.Load()
 			rs, _ := b.Requests().List(context.Background(), requests.Filter{Agent: "coder"})
