@@ -26,11 +26,23 @@ import (
 //
 // A call nobody can serve, or with bad input, is answered with an Error and
 // audited (call_refused); the delegator audits its own refusals. It returns
-// when ctx ends, at the latest. Call has no idempotency key (MCP calls are
-// not repeated by a resumed turn: the CLI resumes its own session); the
-// exec protocol's calls get theirs from the turn's Sink (see CallKey).
+// when ctx ends, at the latest. An MCP call carries its idempotency key in
+// ev.ID (the runner's proxy sends one per call, MCPCallKeyHeader, and
+// retries the call with it when the bridge went away without an answer):
+// then a call that makes something is done once, and its repeat gets the
+// first answer or waits again on the same ask (see MCPCallKey). Without one
+// (ev.ID empty: an agent the bridge runs itself) the call is carried out as
+// it comes. The exec protocol's calls get their keys from the turn's Sink
+// (see CallKey).
 func (s *Scheduler) Call(ctx context.Context, id requests.ID, ev TurnEvent) Response {
-	return s.call(ctx, id, ev, CallKey{})
+	if ev.ID == "" {
+		return s.call(ctx, id, ev, CallKey{})
+	}
+	r, err := s.svc.Get(ctx, id)
+	if err != nil {
+		return Response{Error: fmt.Sprintf("%s: %v", ev.Type, err)}
+	}
+	return s.call(ctx, id, ev, MCPCallKey(requestKey(r), ev))
 }
 
 // call is Call with the call's idempotency key (zero: none).
@@ -99,7 +111,7 @@ func (s *Scheduler) call(ctx context.Context, id requests.ID, ev TurnEvent, key 
 		}
 		return Response{OK: true, TaskID: t.ID, Task: &t}
 	case EventProgress:
-		refusal, err := s.progress(ctx, id, ev.Percent, ev.Text, nil)
+		refusal, err := s.progressOnce(ctx, id, ev, key)
 		switch {
 		case err != nil:
 			return Response{Error: err.Error()}
@@ -171,7 +183,9 @@ func (s *Scheduler) askPeople(ctx context.Context, id requests.ID, ev TurnEvent,
 		} else {
 			rec.Approval = a.ID
 		}
-		if err := s.svc.Store().Update(ctx, func(tx store.Tx) error { return RecordCallTx(tx, key, rec) }); err != nil {
+		// Recorded even if the call is cut now: the ask is open, and the
+		// call sent again must wait on it, not open another.
+		if err := s.svc.Store().Update(context.WithoutCancel(ctx), func(tx store.Tx) error { return RecordCallTx(tx, key, rec) }); err != nil {
 			return approvals.Decision{}, err
 		}
 	}
@@ -190,9 +204,10 @@ func (s *Scheduler) askPeople(ctx context.Context, id requests.ID, ev TurnEvent,
 // with ReplayCallTx, in the transaction that would make it again, and gets
 // the first answer: nothing is done twice.
 //
-// The zero CallKey is no key: the call is carried out as it comes. MCP
-// calls have none (the CLIs resume their own session and do not repeat a
-// tool call).
+// The zero CallKey is no key: the call is carried out as it comes. An MCP
+// call has one only when its caller sends it (MCPCallKey: the runner's
+// proxy, which repeats a call cut by a leader's failover); the CLIs resume
+// their own session and do not repeat a tool call.
 type CallKey struct {
 	key     string // <owner>/<request key>/<turn>/<call id>
 	call    string // the call's type
@@ -200,6 +215,7 @@ type CallKey struct {
 	turn    int
 	digest  string // what the call asks: its type and arguments
 	resumed bool   // the call comes from a resumed turn: it may repeat one
+	mcp     bool   // an MCP call's key (MCPCallKey)
 }
 
 // IsZero reports whether k is no key.
@@ -210,7 +226,32 @@ func (k CallKey) String() string {
 	if k.IsZero() {
 		return "(no key)"
 	}
+	if k.mcp {
+		return fmt.Sprintf("%s call %.12s (MCP)", k.call, k.id)
+	}
 	return fmt.Sprintf("%s %s of turn %d", k.call, k.id, k.turn)
+}
+
+// MCPCallKeyHeader carries an MCP call's idempotency key, from the
+// runner's MCP proxy to the bridge's /mcp: the proxy derives it from the
+// call (the turn's local token, the JSON-RPC id, method and params) and
+// sends the same key each time it repeats the call.
+const MCPCallKeyHeader = "Roombridge-Call-Key"
+
+// MCPCallKey is the idempotency key of MCP call ev (ev.ID: the key its
+// caller sent, MCPCallKeyHeader) of the request whose store key is reqKey.
+// It is journaled with the request's calls (and forgotten with them when
+// its turn ends), under a digest of ev.ID (the header's length is the
+// caller's), and every call under it may be a repeat: a call cut without
+// an answer is sent again, with the same key, however the turn goes on.
+func MCPCallKey(reqKey string, ev TurnEvent) CallKey {
+	k := newCallKey(reqKey, 0, true, ev)
+	if k.IsZero() {
+		return k
+	}
+	sum := sha256.Sum256([]byte(ev.ID))
+	k.key, k.mcp = reqKey+"/mcp/"+hex.EncodeToString(sum[:16]), true
+	return k
 }
 
 // maxCallIDKey is the longest call id kept as it is in a journal key;
@@ -269,11 +310,19 @@ func ReplayCallTx(tx store.Tx, svc *requests.Service, r *requests.Request, key C
 	first := cmp.Or(resp.RequestID, resp.TaskID, resp.Approval, resp.Question)
 	err = audit.Append(tx, audit.Record{Time: svc.Clock().Now().UTC(), RequestID: r.ID.String(), Actor: "agent:" + r.Agent,
 		Action: "call_replayed", From: r.State.String(), To: r.State.String(),
-		Detail: fmt.Sprintf("%s, repeated by the resumed turn: answered as the first time (%s)", key, first)})
+		Detail: fmt.Sprintf("%s, %s: answered as the first time (%s)", key, repeatedBy(key), first)})
 	if err != nil {
 		return Response{}, false, err
 	}
 	return resp, true, nil
+}
+
+// repeatedBy says who repeated key's call.
+func repeatedBy(key CallKey) string {
+	if key.mcp {
+		return "sent again (the first was cut before its answer)"
+	}
+	return "repeated by the resumed turn"
 }
 
 // RecordCallTx records resp as the answer of key's call, in tx: the
@@ -345,26 +394,12 @@ func (s *Scheduler) progress(ctx context.Context, id requests.ID, percent int, t
 	text = s.svc.Clip(text)
 	err = s.durably(ctx, func() error {
 		return s.svc.Store().Update(ctx, func(tx store.Tx) error {
-			refusal = ""
-			r, err := s.svc.GetTx(tx, id)
-			if err != nil {
-				return err
-			}
 			if also != nil {
 				if err := also(tx); err != nil {
 					return err
 				}
 			}
-			switch {
-			case percent < 0 || percent > 100:
-				refusal = fmt.Sprintf("progress %d is outside 0-100", percent)
-			case r.State != requests.Running:
-				refusal = fmt.Sprintf("%s is %s, not running", r.ID, r.State)
-			}
-			if refusal != "" {
-				return refusedTx(tx, s.svc, r, EventProgress+": "+refusal)
-			}
-			_, err = s.svc.UpdateTx(tx, id, "agent", "", "", func(r *requests.Request) { r.Progress, r.Activity = percent, text })
+			refusal, err = s.progressTx(tx, id, percent, text)
 			return err
 		})
 	})
@@ -375,6 +410,57 @@ func (s *Scheduler) progress(ctx context.Context, id requests.ID, percent int, t
 		return "", fmt.Errorf("agents: progress of %s: %w", id, err)
 	}
 	return refusal, nil
+}
+
+// progressOnce is progress for a call with an idempotency key (none: as
+// progress): a report applied under key is recorded in the transaction
+// that applies it, and its repeat changes nothing.
+func (s *Scheduler) progressOnce(ctx context.Context, id requests.ID, ev TurnEvent, key CallKey) (refusal string, err error) {
+	if key.IsZero() {
+		return s.progress(ctx, id, ev.Percent, ev.Text, nil)
+	}
+	text := s.svc.Clip(ev.Text)
+	err = s.durably(ctx, func() error {
+		return s.svc.Store().Update(ctx, func(tx store.Tx) error {
+			refusal = ""
+			r, err := s.svc.GetTx(tx, id)
+			if err != nil {
+				return err
+			}
+			if _, done, err := ReplayCallTx(tx, s.svc, r, key); err != nil || done {
+				return err
+			}
+			if refusal, err = s.progressTx(tx, id, ev.Percent, text); err != nil || refusal != "" {
+				return err
+			}
+			return RecordCallTx(tx, key, Response{OK: true})
+		})
+	})
+	if err != nil {
+		return "", fmt.Errorf("agents: progress of %s: %w", id, err)
+	}
+	return refusal, nil
+}
+
+// progressTx applies a progress report of request id in tx, or returns
+// (and audits) why it is refused.
+func (s *Scheduler) progressTx(tx store.Tx, id requests.ID, percent int, text string) (string, error) {
+	r, err := s.svc.GetTx(tx, id)
+	if err != nil {
+		return "", err
+	}
+	refusal := ""
+	switch {
+	case percent < 0 || percent > 100:
+		refusal = fmt.Sprintf("progress %d is outside 0-100", percent)
+	case r.State != requests.Running:
+		refusal = fmt.Sprintf("%s is %s, not running", r.ID, r.State)
+	}
+	if refusal != "" {
+		return refusal, refusedTx(tx, s.svc, r, EventProgress+": "+refusal)
+	}
+	_, err = s.svc.UpdateTx(tx, id, "agent", "", "", func(r *requests.Request) { r.Progress, r.Activity = percent, text })
+	return "", err
 }
 
 // issueTools gives turn t its MCP access, when the scheduler has a

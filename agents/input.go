@@ -36,10 +36,12 @@ const (
 	bucketWoken = "agent_woken"
 	// bucketCalls journals the exec-protocol calls of a request's current
 	// turn that make something (a delegated request, a task, an approval,
-	// a question): <owner>/<request key>/<turn>/<call id> → callRecord. A
-	// resumed turn that repeats a call gets the recorded answer (see
-	// CallKey). A request's records go when its turn ends (park or end):
-	// no later turn repeats them.
+	// a question): <owner>/<request key>/<turn>/<call id> → callRecord, and
+	// the MCP calls sent with a key (MCPCallKey) under
+	// <owner>/<request key>/mcp/<key digest>. A resumed turn that repeats a
+	// call, or a call sent again, gets the recorded answer (see CallKey). A
+	// request's records go when its turn ends (park or end): no later turn
+	// repeats them.
 	bucketCalls = "agent_calls"
 )
 

@@ -1,23 +1,30 @@
 package runners
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"strings"
 	"sync"
+	"time"
+
+	"github.com/roombridge/roombridge/agents"
 )
 
 // mcpProxy serves the agent tools on localhost to the runner's agents: it
 // forwards each call to the bridge's /mcp with the turn's token, so the
 // agent never holds the bridge's token and reaches it only through the
-// runner.
+// runner, and sends a call again when a failover cut it (retrier).
 type mcpProxy struct {
 	r   *Runner
 	url string
@@ -38,7 +45,7 @@ func newMCPProxy(r *Runner) (*mcpProxy, error) {
 	// not by the system roots alone.
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = r.o.TLS.Clone()
-	rp := &httputil.ReverseProxy{Rewrite: p.rewrite, Transport: tr, ErrorHandler: p.failed}
+	rp := &httputil.ReverseProxy{Rewrite: p.rewrite, Transport: retrier{p: p, next: tr}, ErrorHandler: p.failed}
 	p.srv, p.tr = &http.Server{Handler: p.gate(rp)}, tr
 	go func() { _ = p.srv.Serve(ln) }()
 	return p, nil
@@ -65,48 +72,180 @@ func (p *mcpProxy) revoke(tok string) {
 	p.mu.Unlock()
 }
 
-// gate refuses calls without a live turn's local token.
+// maxCallBody bounds a call the proxy keeps to send again (an MCP call is
+// a small JSON-RPC message).
+const maxCallBody = 4 << 20
+
+// maxRetryPause caps the pause between two sends of a call to a bridge
+// that keeps failing it while the runner's stream stays up.
+const maxRetryPause = 5 * time.Second
+
+// call is an agent's HTTP request to the proxy, kept to be sent again.
+type call struct {
+	lt    *localTurn
+	path  string
+	query string
+	body  []byte
+	// key is the call's idempotency key (callKey; "" for a notification).
+	key string
+	// again: the call is a JSON-RPC message, sent again on the runner's
+	// current bridge when the bridge went away without answering it.
+	again bool
+}
+
+type callCtxKey struct{}
+
+// gate refuses calls without a live turn's local token and keeps the
+// call's body, to send it again.
 func (p *mcpProxy) gate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		tok, _ := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
 		p.mu.Lock()
 		lt := p.tok[tok]
 		p.mu.Unlock()
-		c := p.r.current()
-		switch {
-		case lt == nil:
+		if lt == nil {
 			jsonError(w, http.StatusUnauthorized, "unknown or expired token")
 			return
-		case c == nil:
-			jsonError(w, http.StatusServiceUnavailable, "the runner is not connected to the bridge; retry")
+		}
+		body, err := io.ReadAll(io.LimitReader(req.Body, maxCallBody+1))
+		switch {
+		case err != nil:
+			jsonError(w, http.StatusBadRequest, "runner: reading the call: "+err.Error())
+			return
+		case len(body) > maxCallBody:
+			jsonError(w, http.StatusRequestEntityTooLarge, "runner: the call is larger than 4 MiB")
 			return
 		}
-		base, err := url.Parse(c.base)
-		if err != nil {
-			jsonError(w, http.StatusInternalServerError, "the runner's bridge URL is bad")
-			return
+		c := &call{lt: lt, path: req.URL.Path, query: req.URL.RawQuery, body: body}
+		if req.Method == http.MethodPost {
+			c.key, c.again = callKey(tok, body)
 		}
-		up := upstream{base: base, token: lt.bridgeToken()}
-		next.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), upstreamKey{}, up)))
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), callCtxKey{}, c)))
 	})
 }
 
-// upstream is where gate sends a call: the bridge the runner is connected
-// to, with the turn's token.
-type upstream struct {
-	base  *url.URL
-	token string
+// callKey is the idempotency key of the JSON-RPC request body of the turn
+// whose local token is local, and whether body is a JSON-RPC message at all
+// (a batch or something else is sent once, as it came). The key is the
+// digest of the local token, the request's id, its method and the digest of
+// its params. Stable: the proxy sends the same key with each send of the
+// call, and an agent that sends the same message again itself (same id,
+// same params) gets the same key. Unique: the local token is random per
+// turn on the runner, and within one MCP session a JSON-RPC id is never
+// reused (the MCP spec); the method and params tell apart an id a client
+// reuses in a new session for another call (one reused for the very same
+// call gets the first answer). A notification (no id) has no key.
+func callKey(local string, body []byte) (string, bool) {
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params json.RawMessage `json:"params"`
+	}
+	if json.Unmarshal(body, &m) != nil || m.Method == "" {
+		return "", false
+	}
+	if len(m.ID) == 0 || string(m.ID) == "null" {
+		return "", true
+	}
+	var params bytes.Buffer
+	_ = json.Compact(&params, m.Params)
+	ps := sha256.Sum256(params.Bytes())
+	h := sha256.New()
+	fmt.Fprintf(h, "roombridge-mcp-call\x00%s\x00%s\x00%s\x00%x", local, m.ID, m.Method, ps)
+	return hex.EncodeToString(h.Sum(nil)), true
 }
 
-type upstreamKey struct{}
+// rewrite leaves the call to retrier, which addresses each send.
+func (p *mcpProxy) rewrite(*httputil.ProxyRequest) {}
 
-// rewrite sends the call to the bridge's /mcp with the turn's token in
-// place of the agent's local one; every other header (Mcp-Session-Id,
-// Mcp-Protocol-Version, Accept) goes as it came.
-func (p *mcpProxy) rewrite(pr *httputil.ProxyRequest) {
-	up := pr.In.Context().Value(upstreamKey{}).(upstream)
-	pr.SetURL(up.base)
-	pr.Out.Header.Set("Authorization", "Bearer "+up.token)
+// retrier sends a call to the bridge the runner is attached to, with the
+// turn's token (both read again for each send: a new leader gives the turn
+// a new token), and sends a JSON-RPC call again when the bridge went away
+// without answering it (no answer at all, or 502/503/504: a follower, a
+// fenced or stopping leader): once the runner has re-attached, on its
+// current bridge, with the call's idempotency key, until the agent gives up
+// the call or the turn ends. Every other header and the answer, streamed,
+// go as they came.
+type retrier struct {
+	p    *mcpProxy
+	next http.RoundTripper
+}
+
+func (t retrier) RoundTrip(out *http.Request) (*http.Response, error) {
+	ctx := out.Context()
+	c := ctx.Value(callCtxKey{}).(*call)
+	var on *rconn
+	pause := t.p.r.o.Retry
+	for sends := 1; ; sends++ {
+		conn, err := t.p.r.awaitCurrent(ctx, on, pause)
+		if err != nil {
+			return nil, fmt.Errorf("waiting for the runner to attach: %w", err)
+		}
+		if sends > 1 && !t.p.issued(c.lt) {
+			return nil, errors.New("the turn ended while its call waited to be sent again")
+		}
+		req, err := c.request(out, conn)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := t.next.RoundTrip(req)
+		if !c.again || ctx.Err() != nil || err == nil && !unanswered(resp.StatusCode) {
+			return resp, err
+		}
+		why := ""
+		if err != nil {
+			why = err.Error()
+		} else {
+			why = resp.Status
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+			_ = resp.Body.Close()
+		}
+		t.p.r.o.Log.Warn("runner: mcp call got no answer; sending it again", "url", conn.base, "sends", sends, "error", why)
+		on, pause = conn, min(2*pause, maxRetryPause)
+	}
+}
+
+// unanswered reports whether status says the bridge did not carry the call
+// out: a gateway's or a bridge's that is not (or no longer) the leader.
+func unanswered(status int) bool {
+	return status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout
+}
+
+// request is c addressed to conn's bridge, with the turn's token and the
+// call's key.
+func (c *call) request(out *http.Request, conn *rconn) (*http.Request, error) {
+	base, err := url.Parse(conn.base)
+	if err != nil {
+		return nil, fmt.Errorf("the runner's bridge URL %q: %w", conn.base, err)
+	}
+	req := out.Clone(out.Context())
+	u := *base
+	u.Path, u.RawPath, u.RawQuery = strings.TrimSuffix(base.Path, "/")+c.path, "", c.query
+	req.URL, req.Host = &u, ""
+	req.Body, req.ContentLength, req.GetBody = http.NoBody, 0, nil
+	if len(c.body) > 0 {
+		req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(c.body)), int64(len(c.body))
+	}
+	req.Header.Set("Authorization", "Bearer "+c.lt.bridgeToken())
+	req.Header.Del(agents.MCPCallKeyHeader)
+	if c.key != "" {
+		req.Header.Set(agents.MCPCallKeyHeader, c.key)
+	}
+	return req, nil
+}
+
+// issued reports whether lt's local token still opens the endpoint (its
+// turn has not ended).
+func (p *mcpProxy) issued(lt *localTurn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, x := range p.tok {
+		if x == lt {
+			return true
+		}
+	}
+	return false
 }
 
 // failed answers a call the bridge could not be reached for (refused, a
@@ -117,8 +256,8 @@ func (p *mcpProxy) failed(w http.ResponseWriter, req *http.Request, err error) {
 		return
 	}
 	bridge := ""
-	if up, ok := req.Context().Value(upstreamKey{}).(upstream); ok {
-		bridge = up.base.String()
+	if c := p.r.current(); c != nil {
+		bridge = c.base
 	}
 	p.r.o.Log.Warn("runner: mcp call not forwarded", "url", bridge, "method", req.Method, "error", err)
 	jsonError(w, http.StatusBadGateway, "runner: the bridge's /mcp: "+err.Error())

@@ -70,8 +70,10 @@ type Runner struct {
 	// one connection's.
 	life context.Context
 
-	mu    sync.Mutex
-	cur   *rconn
+	mu  sync.Mutex
+	cur *rconn
+	// curCh is closed, and replaced, each time cur changes (awaitCurrent).
+	curCh chan struct{}
 	turns map[string]*localTurn
 	jobs  map[string]*job // background commands, by task key
 }
@@ -105,7 +107,8 @@ func NewRunner(o RunnerOptions) (*Runner, error) {
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	r := &Runner{o: o, instance: hex.EncodeToString(b[:]), turns: map[string]*localTurn{}, jobs: map[string]*job{}}
+	r := &Runner{o: o, instance: hex.EncodeToString(b[:]), turns: map[string]*localTurn{}, jobs: map[string]*job{},
+		curCh: make(chan struct{})}
 	var err error
 	if r.mcp, err = newMCPProxy(r); err != nil {
 		return nil, err
@@ -235,13 +238,13 @@ func (r *Runner) session(ctx context.Context, u string) (connected bool, _ error
 	}
 	r.o.Log.Info("runner connected", "url", u, "agents", len(names), "live", len(live))
 	r.mu.Lock()
-	r.cur = c
+	r.setCurrentLocked(c)
 	r.mu.Unlock()
 	r.resendJobEnds(c)
 	defer func() {
 		r.mu.Lock()
 		if r.cur == c {
-			r.cur = nil
+			r.setCurrentLocked(nil)
 		}
 		r.mu.Unlock()
 	}()
@@ -371,6 +374,40 @@ func (r *Runner) Buffered() int {
 }
 
 // current is the connection frames go out on (nil while away).
+// setCurrentLocked makes c the current connection and wakes those waiting
+// for a change (awaitCurrent). r.mu is held.
+func (r *Runner) setCurrentLocked(c *rconn) {
+	r.cur = c
+	close(r.curCh)
+	r.curCh = make(chan struct{})
+}
+
+// awaitCurrent returns the connection the runner is attached to, waiting
+// for one while there is none, until ctx ends; with old (the connection a
+// call just failed on), a new one as soon as the runner re-attaches, and
+// old itself only once patience has passed with no change (the call broke,
+// the stream did not). The MCP proxy's retries use it.
+func (r *Runner) awaitCurrent(ctx context.Context, old *rconn, patience time.Duration) (*rconn, error) {
+	t := time.NewTimer(patience)
+	defer t.Stop()
+	late := old == nil
+	for {
+		r.mu.Lock()
+		c, changed := r.cur, r.curCh
+		r.mu.Unlock()
+		if c != nil && (c != old || late) {
+			return c, nil
+		}
+		select {
+		case <-changed:
+		case <-t.C:
+			late = true
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
 func (r *Runner) current() *rconn {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -7,6 +7,7 @@ package coretest
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -58,6 +59,9 @@ type Options struct {
 	// Idle builds the bridge without running the leader's work: effects
 	// stay in the outbox, nothing sweeps, no agent runs.
 	Idle bool
+	// Wrap, if set, wraps the bridge's HTTP handler (a test that breaks
+	// the network at a chosen moment of a call).
+	Wrap func(http.Handler) http.Handler
 }
 
 // Bridge is a running test bridge.
@@ -109,7 +113,11 @@ func Start(t testing.TB, o Options) *Bridge {
 		closeDB()
 		t.Fatal(err)
 	}
-	web.Config, web.Listener = httpapi.NewServer(b.Handler(), web.Listener, b.ServerOptions())
+	h := b.Handler()
+	if o.Wrap != nil {
+		h = o.Wrap(h)
+	}
+	web.Config, web.Listener = httpapi.NewServer(h, web.Listener, b.ServerOptions())
 	web.Start()
 	var wg sync.WaitGroup
 	if !o.Idle {

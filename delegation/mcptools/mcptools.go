@@ -13,6 +13,7 @@
 package mcptools
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -21,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
@@ -187,8 +189,47 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
 		return
 	}
+	if r.Header.Get(agents.MCPCallKeyHeader) != "" {
+		s.serveAgain(w, r)
+		return
+	}
 	s.inner.ServeHTTP(w, r)
 }
+
+// serveAgain serves a call whose caller sends it again when it gets no
+// answer (it carries an idempotency key: the runner's proxy). A call the
+// stop (Close) cut short, or came during it, is answered 503 instead of
+// the tool error an agent would take for the call's end: the proxy sends
+// it again to the next leader, where its key finds what this one made
+// (the delegated request, the open approval). An answer the stop raced is
+// dropped too, which the key makes harmless. The answer is JSON (the
+// transport's JSONResponse), so it is kept whole and then sent.
+func (s *Server) serveAgain(w http.ResponseWriter, r *http.Request) {
+	kept := &keptResponse{header: http.Header{}, status: http.StatusOK}
+	if s.stop.Err() == nil {
+		s.inner.ServeHTTP(kept, r)
+	}
+	if s.stop.Err() != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": errStopping.Error()})
+		return
+	}
+	maps.Copy(w.Header(), kept.header)
+	w.WriteHeader(kept.status)
+	_, _ = w.Write(kept.body.Bytes())
+}
+
+// keptResponse keeps an answer to send it later (serveAgain).
+type keptResponse struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (k *keptResponse) Header() http.Header         { return k.header }
+func (k *keptResponse) WriteHeader(status int)      { k.status = status }
+func (k *keptResponse) Write(b []byte) (int, error) { return k.body.Write(b) }
 
 // auditRefused records a refused MCP HTTP request.
 func (s *Server) auditRefused(r *http.Request) {
@@ -313,7 +354,9 @@ var errStopping = errors.New("mcptools: the bridge is stopping: call again once 
 func (s *Server) Close() { s.close() }
 
 // call carries out ev for the request the call's token is bound to, until
-// the call's HTTP request or the Server (Close) ends.
+// the call's HTTP request or the Server (Close) ends. A call that carries
+// an idempotency key (agents.MCPCallKeyHeader) is done once however often
+// it comes (agents.Scheduler.Call).
 func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, ev agents.TurnEvent) (agents.Response, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -325,6 +368,9 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest, ev agents.T
 	if err != nil {
 		return agents.Response{}, err
 	}
+	// The call's idempotency key, when its caller repeats a call cut
+	// without an answer (the runner's proxy): the call is done once.
+	ev.ID = req.Extra.Header.Get(agents.MCPCallKeyHeader)
 	resp := s.calls.Call(ctx, id, ev)
 	if s.stop.Err() != nil && ctx.Err() != nil {
 		// Cut short by the stop: not an answer (a wait for people ended
