@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -27,7 +28,11 @@ const postBurstEvery = 20 * time.Millisecond
 // postBurstEvery), the platform's time: from the first post's arrival to
 // the last's, plus the one interval the last takes (100 posts at exactly
 // the channel's pace take 100), the wall time from the burst's start to
-// the last answer, and the 429s (must be 0: an error).
+// the last answer, the mean round trip of a post as the connector saw it
+// (the fake's tenth of an interval, loopback and the machine's load: the
+// floor after an answer adds to the pace once a post's round trip and
+// its start's lateness pass a third of an interval), and the 429s (must be
+// 0: an error).
 func BenchmarkPostBurst100(b *testing.B) {
 	for _, c := range []struct {
 		name   string
@@ -37,11 +42,11 @@ func BenchmarkPostBurst100(b *testing.B) {
 		{"from=start", nil},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			var platform, wall time.Duration
+			var platform, wall, rtt time.Duration
 			limited := 0
 			for range b.N {
-				p, w, n := postBurst(b, 100, c.spacer)
-				platform, wall, limited = platform+p, wall+w, limited+n
+				r := postBurst(b, 100, c.spacer)
+				platform, wall, rtt, limited = platform+r.platform, wall+r.wall, rtt+r.rtt, limited+r.limited
 			}
 			if limited != 0 {
 				b.Errorf("%d posts answered 429", limited)
@@ -49,20 +54,45 @@ func BenchmarkPostBurst100(b *testing.B) {
 			in := func(d time.Duration) float64 { return float64(d) / float64(b.N) / float64(postBurstEvery) }
 			b.ReportMetric(in(platform), "platform-intervals")
 			b.ReportMetric(in(wall), "wall-intervals")
+			b.ReportMetric(in(rtt), "rtt-intervals")
 			b.ReportMetric(float64(limited)/float64(b.N), "429s")
 		})
 	}
 }
 
-// postBurst posts n messages at once into one channel of a new fake Slack
-// and returns the platform's time (first arrival to last, plus one
-// interval), the wall time and the number of 429s.
-func postBurst(b *testing.B, n int, spacer func() *ratelimit.Spacer) (platform, wall time.Duration, limited int) {
+// burstResult is what postBurst measured.
+type burstResult struct {
+	platform time.Duration // first arrival to last, plus one interval
+	wall     time.Duration // the burst's start to the last answer
+	rtt      time.Duration // a post's mean round trip
+	limited  int           // 429s
+}
+
+// timedWay measures the round trips of the requests it carries.
+type timedWay struct {
+	mu    sync.Mutex
+	total time.Duration
+	n     int
+}
+
+func (w *timedWay) RoundTrip(r *http.Request) (*http.Response, error) {
+	began := time.Now()
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	w.mu.Lock()
+	w.total += time.Since(began)
+	w.n++
+	w.mu.Unlock()
+	return resp, err
+}
+
+// postBurst posts n messages at once into one channel of a new fake Slack.
+func postBurst(b *testing.B, n int, spacer func() *ratelimit.Spacer) burstResult {
+	way := &timedWay{}
 	fake := slacktest.NewServer(slacktest.PostMessageLimit(postBurstEvery, slacktest.DefaultPostBurst),
 		slacktest.RoundTrip(postBurstEvery/10))
 	defer fake.Close()
 	conn, err := New(Options{Mode: ModeEvents, BotToken: slacktest.DefaultBotToken, SigningSecret: "s",
-		APIURL: fake.APIURL(), PostSpacing: postBurstEvery})
+		APIURL: fake.APIURL(), PostSpacing: postBurstEvery, HTTPClient: &http.Client{Transport: way}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -81,7 +111,7 @@ func postBurst(b *testing.B, n int, spacer func() *ratelimit.Spacer) (platform, 
 		})
 	}
 	wg.Wait()
-	wall = time.Since(began)
+	wall := time.Since(began)
 	msgs := fake.Messages()
 	if len(msgs) == 0 {
 		b.Fatal("nothing posted")
@@ -91,5 +121,6 @@ func postBurst(b *testing.B, n int, spacer func() *ratelimit.Spacer) (platform, 
 	if err := errors.Join(err1, err2); err != nil {
 		b.Fatal(err)
 	}
-	return last.Sub(first) + postBurstEvery, wall, fake.RateLimited("chat.postMessage")
+	return burstResult{platform: last.Sub(first) + postBurstEvery, wall: wall,
+		rtt: way.total / time.Duration(max(way.n, 1)), limited: fake.RateLimited("chat.postMessage")}
 }
