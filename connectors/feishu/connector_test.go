@@ -135,6 +135,28 @@ func TestRateLimitAnswerIsRetryAfter(t *testing.T) {
 	}
 }
 
+// A burst of sends into one chat, started at the connector's pace (5 a
+// second less 10 %, from their starts, with a floor after each answer),
+// never has Feishu's 5 per second per chat (the fake's sliding window)
+// answer 429, whatever each send's latency.
+func TestBurstIntoOneChatIsNeverLimited(t *testing.T) {
+	t.Parallel()
+	b := newBare(t, nil)
+	const n = 8
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if _, _, err := b.conn.StartThread(b.ctx(), chatID, chat.Message{Text: fmt.Sprintf("post %d", i)}); err != nil {
+				t.Errorf("send %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	if got, limited := len(b.fake.Messages()), b.fake.RateLimited(); got != n || limited != 0 {
+		t.Errorf("%d messages, %d answered 429; want %d, 0", got, limited, n)
+	}
+}
+
 // What Feishu refuses outright (an unknown message, oversize content) is a
 // permanent error: the outbox drops it with an audit record instead of
 // blocking the thread; a 5xx is retried.

@@ -120,7 +120,7 @@ type Connector struct {
 	running atomic.Int32   // Run calls in progress: HTTP events are served only then
 	wg      sync.WaitGroup // handler calls and notices outliving their event
 
-	perChat *ratelimit.Spacer // sends into one chat; key: chat ID or "user:<open_id>"
+	perChat *ratelimit.Spacer // sends into one chat, from their starts (chatFloor); key: chat ID or "user:<open_id>"
 	perMsg  *ratelimit.Spacer // PATCHes of one message; key: message ID
 	perAPI  *ratelimit.Keyed  // app-wide budget of each API; key: API name
 	live    *liveCards        // live messages (stream.go)
@@ -191,7 +191,7 @@ func New(o Options) (*Connector, error) {
 		cli:     lark.NewClient(o.AppID, o.AppSecret, copts...),
 		log:     log,
 		clock:   o.Clock,
-		perChat: ratelimit.NewSpacer(spacing(o.Limits.PerChat)),
+		perChat: ratelimit.NewStartSpacer(spacing(o.Limits.PerChat), chatFloor(o.Limits.PerChat)),
 		perMsg:  ratelimit.NewSpacer(max(spacing(o.Limits.PerMessage), o.EditEvery)),
 		perAPI:  ratelimit.NewKeyed(pace(o.Limits.PerApp), 1),
 		botID:   o.BotOpenID,
@@ -205,11 +205,26 @@ func New(o Options) (*Connector, error) {
 	return c, nil
 }
 
-// spacing is the gap between the end of one call and the start of the next
-// (of one key) that keeps a limit of perSecond calls in any one-second
+// spacing is the time between two calls of one key (from the end of one
+// to the start of the next for PATCHes, between their starts for sends,
+// with chatFloor) that keeps a limit of perSecond calls in any one-second
 // window, with a 10% margin for the platform's own clock.
 func spacing(perSecond int) time.Duration {
 	return time.Duration(1.1 * float64(time.Second) / float64(perSecond))
+}
+
+// chatFloor is the least gap between a send's answer and the start of the
+// next send into the same chat: sends into a chat start spacing apart
+// (Feishu counts the requests it sees per second, so a burst drains at
+// its pace, not one round trip slower per send), and at least chatFloor
+// after the previous one returned, so that whatever each send's latency,
+// any perSecond+1 in a row arrive at least (perSecond-1)·spacing +
+// chatFloor apart: over 1.05 s, never perSecond+1 within a second
+// (ratelimit.NewStartSpacer). Two thirds of the spacing at least, at most
+// all of it (one send a second: spaced from the end).
+func chatFloor(perSecond int) time.Duration {
+	every := spacing(perSecond)
+	return min(every, max(every*2/3, 1050*time.Millisecond-time.Duration(perSecond-1)*every))
 }
 
 // pace is the token interval of an app-wide budget of perSecond calls (calls

@@ -21,9 +21,16 @@ const pruneAbove = 1024
 // Spacing from the start (a token bucket of one token) is the pace of a
 // platform that counts the calls it sees, such as Slack's one post per
 // channel per second: a burst of n calls takes (n-1)·every plus one latency,
-// not n·(every+latency); the floor still guarantees a least gap on arrival
-// (a call arrives before it returns), so a call slowed on its way never
-// makes the next one arrive too close behind it. When a call returns a
+// not n·(every+latency). What the platform sees: a call is due every after
+// the previous one was due and floor after the previous one returned,
+// which is after the platform saw it, so whatever each call's way to the
+// platform takes, any k+1 calls in a row arrive at least
+// (k-1)·every+floor apart: never two closer than floor, never more than
+// one call ahead of one per every (a token bucket of two tokens refilled
+// every, or a window of w that takes n calls when
+// (n-1)·every+floor >= w, never overflows). A call that ends in an error
+// is spaced every from its end instead (it may reach the platform after
+// it gave up). When a call returns a
 // *chat.RetryAfterError the key waits that long after it returned before
 // its next call, so the other effects of the same key do not run into the
 // limit too.
@@ -99,9 +106,12 @@ func (s *Spacer) do(ctx context.Context, key string, ahead bool, fn func() error
 	err = fn()
 	end := time.Now()
 	sl.next = end.Add(s.every)
-	if s.fromStart {
+	if s.fromStart && err == nil {
 		// From when the call was due, not when its timer fired: a late
 		// wake-up does not slow the pace (the floor bounds the catch-up).
+		// Only after an answer: a call that failed may have ended before
+		// the platform saw it (its context ended, the connection broke)
+		// and is spaced from its end, as with NewSpacer.
 		sl.next = at.Add(s.every)
 		if f := end.Add(s.floor); f.After(sl.next) {
 			sl.next = f

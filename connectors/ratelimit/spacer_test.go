@@ -118,6 +118,57 @@ func TestStartSpacerHonoursRetryAfter(t *testing.T) {
 	}
 }
 
+// What the platform sees of a start spacer: each call's way to the
+// platform (up) and back differs, and a call slowed on its way is followed
+// by a fast one (the case where spacing from the start alone puts two
+// arrivals close together). Whatever the ways, the arrivals fit a token
+// bucket of two tokens refilled every (GCRA with a burst of 2: any k+1 in
+// a row at least (k-1)·every apart) and no two are closer than floor.
+func TestStartSpacerArrivalsFitABurstOfTwo(t *testing.T) {
+	const every = 20 * time.Millisecond
+	floor := every * 2 / 3
+	s := NewStartSpacer(every, floor)
+	ups := []time.Duration{0, 15, 0, 18, 1, 0, 12, 0, 19, 0, 3, 16, 0}
+	var arrivals []time.Time
+	for _, up := range ups {
+		_ = s.Do(context.Background(), "chat", func() error {
+			time.Sleep(up * time.Millisecond) // plays the way to the platform
+			arrivals = append(arrivals, time.Now())
+			time.Sleep(time.Millisecond) // and back
+			return nil
+		})
+	}
+	for k := 1; k < len(arrivals); k++ {
+		if gap := arrivals[k].Sub(arrivals[k-1]); gap < floor {
+			t.Errorf("arrival %d %s after the previous, want at least %s", k, gap, floor)
+		}
+		for j := range k {
+			if span, least := arrivals[k].Sub(arrivals[j]), time.Duration(k-j-1)*every; span < least {
+				t.Errorf("arrivals %d..%d within %s, want at least %s (more than a burst of 2)", j, k, span, least)
+			}
+		}
+	}
+}
+
+// A call of a start spacer that fails (no answer: it may reach the
+// platform after it returned) is followed by the next one every after it
+// returned, not every after it was due.
+func TestStartSpacerSpacesAFailureFromItsEnd(t *testing.T) {
+	const every = 30 * time.Millisecond
+	s := NewStartSpacer(every, time.Millisecond)
+	var ended time.Time
+	_ = s.Do(context.Background(), "chat", func() error {
+		time.Sleep(20 * time.Millisecond) // plays a call that times out
+		ended = time.Now()
+		return context.DeadlineExceeded
+	})
+	var started time.Time
+	_ = s.Do(context.Background(), "chat", func() error { started = time.Now(); return nil })
+	if gap := started.Sub(ended); gap < every {
+		t.Errorf("next call %s after a failed one returned, want at least %s", gap, every)
+	}
+}
+
 // BenchmarkSpacerBurst drains a burst of 100 calls of one key, each taking
 // a tenth of the spacing (a post's latency against Slack's 1 s), spaced from
 // the end and from the start of the previous call (with the Slack

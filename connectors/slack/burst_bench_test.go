@@ -3,7 +3,6 @@ package slack_test
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +34,7 @@ func BenchmarkBurst50(b *testing.B) {
 			names = append(names, fmt.Sprintf("a%d", i))
 		}
 		h := newHarness(b, setup{mode: "events", agents: names,
-			fake: []slacktest.Option{slacktest.PostMessageLimit(burstEvery, 1), slacktest.UpdateLimit(5*time.Millisecond, 50)},
+			fake: []slacktest.Option{slacktest.PostMessageLimit(burstEvery, slacktest.DefaultPostBurst), slacktest.UpdateLimit(5*time.Millisecond, 50)},
 			conn: func(o *slack.Options) {
 				o.PostSpacing, o.UpdateEvery, o.UpdateBurst = burstEvery, 6*time.Millisecond, 40
 			}})
@@ -91,11 +90,9 @@ func BenchmarkBurst50(b *testing.B) {
 // tsTime is when the fake posted the message of ts.
 func tsTime(t testing.TB, ts string) time.Time {
 	t.Helper()
-	sec, frac, _ := strings.Cut(ts, ".")
-	s, err1 := strconv.ParseInt(sec, 10, 64)
-	us, err2 := strconv.ParseInt(frac, 10, 64)
-	if err1 != nil || err2 != nil {
-		t.Fatalf("ts %q", ts)
+	at, err := slacktest.TSTime(ts)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return time.UnixMicro(s*1e6 + us)
+	return at
 }

@@ -62,8 +62,9 @@ type setup struct {
 }
 
 // Fast pacing for tests that post a lot: the fake allows one post per
-// channel every fakePost, the connector spaces posts postSpacing apart
-// (more, so the fake never answers 429).
+// channel every fakePost (with Slack's tolerance of a short burst,
+// slacktest.DefaultPostBurst), the connector starts posts postSpacing
+// apart (more, a margin for a loaded machine: the fake never answers 429).
 const (
 	fakePost    = 10 * time.Millisecond
 	postSpacing = 15 * time.Millisecond
@@ -71,7 +72,7 @@ const (
 
 // fast makes s post at the fast pacing.
 func fast(s setup) setup {
-	s.fake = append(s.fake, slacktest.PostMessageLimit(fakePost, 1), slacktest.UpdateLimit(5*time.Millisecond, 50))
+	s.fake = append(s.fake, slacktest.PostMessageLimit(fakePost, slacktest.DefaultPostBurst), slacktest.UpdateLimit(5*time.Millisecond, 50))
 	conn := s.conn
 	s.conn = func(o *slack.Options) {
 		o.PostSpacing, o.UpdateEvery, o.UpdateBurst = postSpacing, 6*time.Millisecond, 40

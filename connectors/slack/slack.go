@@ -111,14 +111,16 @@ type Options struct {
 	// Log receives the connector's logs (default slog.Default()).
 	Log *slog.Logger
 
-	// PostSpacing is the least time between the end of one post into a
-	// channel and the start of the next (default DefaultPostSpacing).
-	// Spacing from the starts (ratelimit.NewStartSpacer) would drain a
-	// burst at Slack's pace, but only a platform that tolerates a small
-	// burst takes it: a call's way to the platform can be shorter than the
-	// previous one's, and then two arrivals are closer than the spacing
-	// (one 429 from the strict fake in a race-built CI run). Slack does not
-	// bound its tolerance, so posts are spaced from the end (docs/perf.md).
+	// PostSpacing is the time between the starts of two posts into a
+	// channel (default DefaultPostSpacing), and a post starts at least
+	// two thirds of it after the previous one returned
+	// (ratelimit.NewStartSpacer): Slack counts the posts it sees, so a
+	// burst drains at its pace, not one round trip slower per post. A
+	// call's way to Slack can be shorter than the previous one's, so two
+	// arrivals can be as close as the floor, but never is a post more than
+	// one ahead of one per PostSpacing: a burst of two, which Slack
+	// tolerates ("short bursts"; docs/perf.md). A post that failed is
+	// followed a whole PostSpacing after it returned.
 	PostSpacing time.Duration
 	// EditSpacing is the same for edits of one message (default DefaultEditSpacing).
 	EditSpacing time.Duration
@@ -230,7 +232,7 @@ func New(opts Options) (*Connector, error) {
 		opts:    opts,
 		api:     slackgo.New(opts.BotToken, apiOpts...),
 		log:     log,
-		posts:   ratelimit.NewSpacer(opts.PostSpacing),
+		posts:   ratelimit.NewStartSpacer(opts.PostSpacing, opts.PostSpacing*2/3),
 		edits:   ratelimit.NewSpacer(opts.EditSpacing),
 		updates: rate.NewLimiter(rate.Every(opts.UpdateEvery), opts.UpdateBurst),
 		reads:   rate.NewLimiter(rate.Every(opts.UpdateEvery), opts.UpdateBurst),

@@ -84,6 +84,7 @@ type options struct {
 	ping               time.Duration
 	refuseStream       string
 	appendStream       rate
+	roundTrip          time.Duration
 }
 
 // Tokens sets the accepted bot token (Web API) and app-level token (apps.connections.open).
@@ -92,11 +93,18 @@ func Tokens(bot, app string) Option { return func(o *options) { o.botToken, o.ap
 // Clock injects the clock used for ts values and rate limits (default time.Now).
 func Clock(now func() time.Time) Option { return func(o *options) { o.now = now } }
 
+// DefaultPostBurst is the burst the fake's chat.postMessage limit takes by default: Slack documents
+// about one message per second per channel and that it tolerates short bursts without bounding them;
+// two posts at once is the least that is a burst, so the fake takes exactly that, the strictest
+// reading of the documentation. A connector without a per-channel pacer fails on its third post
+// into a channel in a second; one that spaces posts from their starts with a floor after the end
+// (ratelimit.NewStartSpacer) never trips it, whatever the latency of each call.
+const DefaultPostBurst = 2
+
 // PostMessageLimit sets chat.postMessage's per-channel limit: one message per every, with bursts of up
-// to burst messages (GCRA). every <= 0 disables it. Default: 1 per second, burst 1 — stricter than
-// Slack, which tolerates short bursts, so a connector without a per-channel pacer fails on its first
-// parent+reply; a pacer that waits 1 s after the previous call returned never trips it, even on a
-// real clock. Only chat.postMessage, chat.update and the reads (ReadLimit) are limited.
+// to burst messages (GCRA). every <= 0 disables it. Default: 1 per second, burst DefaultPostBurst; a
+// burst of 1 is stricter than Slack (any two posts closer than every: a 429). Only chat.postMessage,
+// chat.update and the reads (ReadLimit) are limited.
 func PostMessageLimit(every time.Duration, burst int) Option {
 	return func(o *options) { o.post = rate{every, max(burst, 1)} }
 }
@@ -112,6 +120,11 @@ func UpdateLimit(every time.Duration, burst int) Option {
 func ReadLimit(every time.Duration, burst int) Option {
 	return func(o *options) { o.read = rate{every, max(burst, 1)} }
 }
+
+// RoundTrip makes every Web API call take d more: d/2 on its way to the fake, before the fake counts
+// it (limits, ts), and d/2 on its way back, after (default 0: only loopback's own latency). It plays
+// the network between a connector and Slack.
+func RoundTrip(d time.Duration) Option { return func(o *options) { o.roundTrip = d } }
 
 // StrictEditSpacing makes chat.update of one message less than 1 s after its previous update a 429
 // (default on: our design coalesces edits to >= 1 s apart).
@@ -158,7 +171,7 @@ func NewServer(opts ...Option) *Server {
 	s := &Server{
 		opts: options{
 			botToken: DefaultBotToken, appToken: DefaultAppToken, now: time.Now,
-			post: rate{time.Second, 1}, update: rate{time.Minute / 50, 50}, read: rate{time.Minute / 50, 50},
+			post: rate{time.Second, DefaultPostBurst}, update: rate{time.Minute / 50, 50}, read: rate{time.Minute / 50, 50},
 			strictEdits: true, ping: 5 * time.Second, appendStream: rate{600 * time.Millisecond, 100},
 		},
 		changed: make(chan struct{}), byKey: map[key]*Message{}, opened: map[string]bool{},
@@ -348,6 +361,18 @@ func (s *Server) nextTSLocked() string {
 	return fmt.Sprintf("%d.%06d", s.lastTS/1e6, s.lastTS%1e6)
 }
 
+// TSTime is the time a ts of the fake stands for: when the fake took the call that made the message
+// (on its clock, to the microsecond).
+func TSTime(ts string) (time.Time, error) {
+	sec, frac, _ := strings.Cut(ts, ".")
+	s, err1 := strconv.ParseInt(sec, 10, 64)
+	us, err2 := strconv.ParseInt(frac, 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return time.Time{}, fmt.Errorf("slacktest: ts %q: %w", ts, err)
+	}
+	return time.UnixMicro(s*1e6 + us), nil
+}
+
 // reply is one Web API answer; err != "" means ok:false.
 type reply struct {
 	status     int
@@ -362,7 +387,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	method := strings.TrimPrefix(r.URL.Path, "/api/")
 	rep := reply{err: "invalid_form_data"}
 	if err := r.ParseForm(); err == nil {
+		time.Sleep(s.opts.roundTrip / 2) // plays the way to Slack
 		rep = s.handle(method, r)
+		time.Sleep(s.opts.roundTrip / 2) // and back
 	}
 	if rep.status == http.StatusTooManyRequests && rep.retryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int((rep.retryAfter+time.Second-1)/time.Second)))

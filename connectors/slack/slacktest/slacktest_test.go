@@ -142,7 +142,7 @@ func wantRateLimited(t *testing.T, err error, retry time.Duration) {
 }
 
 func TestRateLimits(t *testing.T) {
-	srv, api, clk := newServer(t, slacktest.UpdateLimit(time.Minute/50, 2))
+	srv, api, clk := newServer(t, slacktest.UpdateLimit(time.Minute/50, 2), slacktest.PostMessageLimit(time.Second, 1))
 	ctx := ctxT(t)
 	post := func(ch string) (string, error) {
 		_, ts, err := api.PostMessageContext(ctx, ch, slack.MsgOptionText("m", false))
@@ -182,6 +182,35 @@ func TestRateLimits(t *testing.T) {
 	}
 	if m, _ := srv.Message("C1", ts); len(m.Updates) != 2 {
 		t.Fatalf("rejected updates were applied: %+v", m.Updates)
+	}
+}
+
+// By default chat.postMessage takes a burst of two posts into a channel
+// (Slack tolerates short bursts), then one a second: the third at once is
+// a 429, one more a second later passes, and the next at that instant is
+// a 429 again.
+func TestPostMessageToleratesABurstOfTwo(t *testing.T) {
+	srv, api, clk := newServer(t)
+	ctx := ctxT(t)
+	post := func() error {
+		_, _, err := api.PostMessageContext(ctx, "C1", slack.MsgOptionText("m", false))
+		return err
+	}
+	for i := range 2 {
+		if err := post(); err != nil {
+			t.Fatalf("post %d of the burst: %v", i+1, err)
+		}
+	}
+	wantRateLimited(t, post(), time.Second)
+	clk.Advance(time.Second)
+	if err := post(); err != nil {
+		t.Fatalf("a second later: %v", err)
+	}
+	wantRateLimited(t, post(), time.Second)
+	clk.Advance(500 * time.Millisecond)
+	wantRateLimited(t, post(), time.Second) // the next slot is 0.5 s away; Retry-After is at least 1 s
+	if n := srv.RateLimited("chat.postMessage"); n != 3 {
+		t.Errorf("RateLimited = %d, want 3", n)
 	}
 }
 
