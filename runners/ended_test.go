@@ -43,16 +43,9 @@ func TestEndedRequestStopsItsLiveTurn(t *testing.T) {
 	p := tcpcut.New(t, strings.TrimPrefix(b.URL, "http://"))
 	rt := stopped{gone: make(chan struct{})}
 	var logs syncbuf.Buffer
-	r, err := runners.NewRunner(runners.RunnerOptions{Name: "laptop", URLs: []string{p.URL()}, Token: tok,
+	goRunner(t, runners.RunnerOptions{Name: "laptop", URLs: []string{p.URL()}, Token: tok,
 		Agents: map[string]agents.Runtime{"coder": rt}, Retry: 10 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { _ = r.Run(rctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
 	waitConnected(t, b, "laptop")
 	id := ask(t, b)
 	waitFor(t, "the turn running", func() bool {

@@ -86,15 +86,8 @@ func TestRunnerBufferBounded(t *testing.T) {
 	p := tcpcut.New(t, strings.TrimPrefix(b.URL, "http://"))
 	a := &chatty{first: 120, more: 40, phase1: make(chan struct{}), phase2: make(chan struct{}),
 		gateA: make(chan struct{}), gateB: make(chan struct{})}
-	r, err := runners.NewRunner(runners.RunnerOptions{Name: "laptop", URLs: []string{p.URL()}, Token: tok,
+	r, _, _ := goRunner(t, runners.RunnerOptions{Name: "laptop", URLs: []string{p.URL()}, Token: tok,
 		Agents: map[string]agents.Runtime{"coder": a}, Retry: 10 * time.Millisecond, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = r.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
 	waitConnected(t, b, "laptop")
 	id := ask(t, b)
 	<-a.phase1

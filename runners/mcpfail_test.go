@@ -130,15 +130,8 @@ func cutRun(t *testing.T, tool string, args map[string]any, after func(b *corete
 		t.Fatal(err)
 	}
 	agent := oneCall{tool: tool, args: args, after: func(id string) string { return after(b, id) }}
-	r, err := runners.NewRunner(runners.RunnerOptions{Name: "laptop", URLs: []string{p.URL(), next.URL()}, Token: tok,
+	goRunner(t, runners.RunnerOptions{Name: "laptop", URLs: []string{p.URL(), next.URL()}, Token: tok,
 		Agents: map[string]agents.Runtime{"coder": agent}, Retry: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = r.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
 	waitConnected(t, b, "laptop")
 
 	req, err := b.Requests().Create(context.Background(), requests.Ask{Agent: "coder", Room: "main", Surface: chat.Console, User: "console:you", Text: "go"})

@@ -111,15 +111,8 @@ func TestMCPProxy(t *testing.T) {
 				}
 				return r.Progress
 			}}
-			r, err := runners.NewRunner(runners.RunnerOptions{Name: "laptop", URLs: []string{b.URL}, Token: tok, TLS: tlsCfg,
+			goRunner(t, runners.RunnerOptions{Name: "laptop", URLs: []string{b.URL}, Token: tok, TLS: tlsCfg,
 				Agents: map[string]agents.Runtime{"coder": a}, Retry: 20 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() { _ = r.Run(ctx); close(done) }()
-			t.Cleanup(func() { cancel(); <-done })
 			waitConnected(t, b, "laptop")
 
 			req, err := b.Requests().Create(context.Background(), requests.Ask{Agent: "coder", Room: "main", Surface: chat.Console, User: "console:you", Text: "go"})

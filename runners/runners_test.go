@@ -61,16 +61,24 @@ func runRunner(t *testing.T, o runners.RunnerOptions) (<-chan error, func()) {
 	t.Helper()
 	o.Agents = map[string]agents.Runtime{"coder": &process.Runtime{Kind: process.Exec, Command: []string{"sh", "-c", agentScript}}}
 	o.Retry = 20 * time.Millisecond
+	_, errs, stop := goRunner(t, o)
+	return errs, stop
+}
+
+// goRunner makes the runner of o and runs it in its own goroutine until
+// stop (called at the test's end at the latest); errs gives Run's error.
+func goRunner(t *testing.T, o runners.RunnerOptions) (r *runners.Runner, errs <-chan error, stop func()) {
+	t.Helper()
 	r, err := runners.NewRunner(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	errs, done := make(chan error, 1), make(chan struct{})
-	go func() { errs <- r.Run(ctx); close(done) }()
-	stop := func() { cancel(); <-done }
+	ch, done := make(chan error, 1), make(chan struct{})
+	go func() { ch <- r.Run(ctx); close(done) }()
+	stop = func() { cancel(); <-done }
 	t.Cleanup(stop)
-	return errs, stop
+	return r, ch, stop
 }
 
 func waitConnected(t *testing.T, b *coretest.Bridge, name string) {

@@ -134,17 +134,9 @@ func TestBackgroundCommandAcrossReconnects(t *testing.T) {
 	t.Cleanup(func() { close(release) })
 	var logs syncbuf.Buffer
 	start := func() (r *runners.Runner, stop func()) {
-		r, err := runners.NewRunner(runners.RunnerOptions{Name: "laptop", URLs: []string{p.URL()}, Token: tok,
+		r, _, stop = goRunner(t, runners.RunnerOptions{Name: "laptop", URLs: []string{p.URL()}, Token: tok,
 			Agents: map[string]agents.Runtime{"coder": holding{release}}, Workdirs: map[string]string{"coder": work},
 			Retry: 10 * time.Millisecond, Log: slog.New(slog.NewTextHandler(&logs, nil))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { _ = r.Run(rctx); close(done) }()
-		stop = func() { cancel(); <-done }
-		t.Cleanup(stop)
 		return r, stop
 	}
 	r, stop := start()

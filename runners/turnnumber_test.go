@@ -34,16 +34,10 @@ func TestRunnerTurnNumber(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx := context.Background()
 	a := &counting{}
-	r, err := runners.NewRunner(runners.RunnerOptions{Name: "laptop", URLs: []string{b.URL}, Token: tok,
+	r, _, _ := goRunner(t, runners.RunnerOptions{Name: "laptop", URLs: []string{b.URL}, Token: tok,
 		Agents: map[string]agents.Runtime{"coder": a}, Retry: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = r.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
 	waitConnected(t, b, "laptop")
 	rt := b.Runners().Runtime("coder")
 	run := func(turn agents.Turn, want string) {
