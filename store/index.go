@@ -235,21 +235,11 @@ func appendEffect(b []byte, e *Effect) []byte {
 	return append(b, '}')
 }
 
-// PendingEffects returns up to limit undelivered effects in insertion order.
+// PendingEffects returns up to limit undelivered effects in insertion order
+// (0: all). A reader that reads the outbox again and again keeps an
+// EffectCache instead.
 func PendingEffects(tx Tx, limit int) ([]Effect, error) {
-	var out []Effect
-	err := tx.Scan(bucketOutbox, "", "", func(_ string, v []byte) error {
-		var e Effect
-		if err := json.Unmarshal(v, &e); err != nil {
-			return fmt.Errorf("store: decode effect: %w", err)
-		}
-		out = append(out, e)
-		if limit > 0 && len(out) >= limit {
-			return ErrStop
-		}
-		return nil
-	})
-	return out, err
+	return new(EffectCache).Pending(tx, limit)
 }
 
 // GetEffect returns the undelivered effect seq, or ErrNotFound.

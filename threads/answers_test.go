@@ -12,12 +12,14 @@ import (
 // delivered before the threads still to be posted; each group keeps the
 // order of its oldest effect.
 func TestAnswersFirst(t *testing.T) {
+	var seq uint64
 	effect := func(op Op) store.Effect {
 		p, err := json.Marshal(Effect{Op: op, Request: "R"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return store.Effect{Payload: p}
+		seq++
+		return store.Effect{Seq: seq, Payload: p}
 	}
 	r := round{queues: map[string][]store.Effect{}}
 	for _, q := range []struct {
@@ -27,7 +29,9 @@ func TestAnswersFirst(t *testing.T) {
 		r.order = append(r.order, q.name)
 		r.queues[q.name] = []store.Effect{effect(q.head), effect(OpReply)}
 	}
-	answersFirst(r)
+	d := &Deliverer{}
+	d.answersFirst(r)
+	d.answersFirst(r) // again, from the ops it keeps: the same order
 	if want := []string{"answer1", "edit", "dm", "new1", "new2", "new3"}; !slices.Equal(r.order, want) {
 		t.Errorf("order %v, want %v", r.order, want)
 	}

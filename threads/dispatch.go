@@ -2,7 +2,6 @@ package threads
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -32,11 +31,12 @@ func (d *Deliverer) plan(ctx context.Context, busy map[string]bool, held map[str
 	var pending []store.Effect
 	if err := d.store.View(ctx, func(tx store.Tx) error {
 		var err error
-		pending, err = store.PendingEffects(tx, batchSize)
+		pending, err = d.pendingFx.Pending(tx, batchSize)
 		return err
 	}); err != nil {
 		return round{}, fmt.Errorf("threads: outbox: %w", err)
 	}
+	d.keepOps(pending)
 	d.markHeads(pending)
 	now := d.clock.Now()
 	r := round{queues: map[string][]store.Effect{}, full: len(pending) == batchSize}
@@ -64,7 +64,7 @@ func (d *Deliverer) plan(ctx context.Context, busy map[string]bool, held map[str
 		}
 		r.queues[e.Queue] = append(r.queues[e.Queue], e)
 	}
-	answersFirst(r)
+	d.answersFirst(r)
 	return r, nil
 }
 
@@ -73,14 +73,14 @@ func (d *Deliverer) plan(ctx context.Context, busy map[string]bool, held map[str
 // group in the order of its oldest effect: in a burst of asks into one
 // channel, an answer does not wait for every other thread's new parent.
 // (The connectors put such posts ahead in the channel's line too.)
-func answersFirst(r round) {
+func (d *Deliverer) answersFirst(r round) {
 	opens := map[string]bool{}
+	d.mu.Lock()
 	for _, q := range r.order {
-		var head struct {
-			Op Op `json:"op"`
-		}
-		opens[q] = json.Unmarshal(r.queues[q][0].Payload, &head) == nil && head.Op == OpThread
+		op, ok := d.opLocked(r.queues[q][0])
+		opens[q] = ok && op == OpThread
 	}
+	d.mu.Unlock()
 	slices.SortStableFunc(r.order, func(a, b string) int {
 		switch {
 		case opens[a] == opens[b]:

@@ -50,6 +50,11 @@ type Deliverer struct {
 	mu      sync.Mutex
 	doubt   map[uint64]bool // seq → in doubt
 	newTerm bool            // the next round puts the head of each thread in doubt
+	ops     map[uint64]Op   // seq → its payload's op, for the effects of the last round
+
+	// pendingFx reads the outbox's head: each round decodes only the
+	// effects it has not seen.
+	pendingFx store.EffectCache
 
 	// OnDelivered, if set, is told of each effect delivered: its surface
 	// and the time since it was enqueued (metrics). Set it before Run.
@@ -112,7 +117,7 @@ func (d *Deliverer) Flush(ctx context.Context) error {
 func (d *Deliverer) pending(ctx context.Context) (int, error) {
 	var n int
 	err := d.store.View(ctx, func(tx store.Tx) error {
-		p, err := store.PendingEffects(tx, batchSize)
+		p, err := d.pendingFx.Pending(tx, batchSize)
 		n = len(p)
 		return err
 	})
@@ -185,13 +190,45 @@ func (d *Deliverer) markHeads(pending []store.Effect) {
 			continue
 		}
 		seen[se.Queue] = true
-		var e struct {
-			Op Op `json:"op"`
-		}
-		if json.Unmarshal(se.Payload, &e) == nil && e.Op != OpUpdate {
+		if op, ok := d.opLocked(se); ok && op != OpUpdate {
 			d.doubt[se.Seq] = true
 		}
 	}
+}
+
+// opLocked is the op of e's payload (ok false: it does not decode),
+// decoded once per effect: a round looks at every thread's head.
+func (d *Deliverer) opLocked(e store.Effect) (op Op, ok bool) {
+	if op, ok := d.ops[e.Seq]; ok {
+		return op, true
+	}
+	var head struct {
+		Op Op `json:"op"`
+	}
+	if json.Unmarshal(e.Payload, &head) != nil {
+		return "", false
+	}
+	if d.ops == nil {
+		d.ops = map[uint64]Op{}
+	}
+	d.ops[e.Seq] = head.Op
+	return head.Op, true
+}
+
+// keepOps forgets the ops of effects no longer pending.
+func (d *Deliverer) keepOps(pending []store.Effect) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.ops) == 0 {
+		return
+	}
+	keep := make(map[uint64]Op, len(pending))
+	for _, e := range pending {
+		if op, ok := d.ops[e.Seq]; ok {
+			keep[e.Seq] = op
+		}
+	}
+	d.ops = keep
 }
 
 // setDoubt records whether effect seq is in doubt.
