@@ -99,7 +99,15 @@ type host struct {
 	cfg []string
 	// change is closed (and replaced) whenever c or gone changes.
 	change chan struct{}
-	turns  map[string]chan Frame // frames of the turns in flight, by request
+	turns  map[string]turnLine // the turns in flight, by request
+}
+
+// turnLine is how the receive loop hands a turn its frames: left is
+// closed when the turn's Run returns (a frame for it then is dropped, not
+// waited on: the loop must go on reading the runner's other frames).
+type turnLine struct {
+	frames chan Frame
+	left   chan struct{}
 }
 
 // conn is one runner connection.
@@ -189,7 +197,7 @@ const Pattern = "/" + ServiceName + "/"
 func (h *Hub) hostLocked(name string) *host {
 	x := h.host[name]
 	if x == nil {
-		x = &host{name: name, change: make(chan struct{}), turns: map[string]chan Frame{}}
+		x = &host{name: name, change: make(chan struct{}), turns: map[string]turnLine{}}
 		h.host[name] = x
 	}
 	return x
@@ -415,14 +423,14 @@ func (h *Hub) receive(name string, c *conn) error {
 		}
 		h.mu.Lock()
 		x := h.host[name]
-		var ch chan Frame
+		var line turnLine
 		if c.probed != nil {
 			close(c.probed) // any frame answers a probe
 			c.probed = nil
 		}
 		if x != nil && x.c == c {
 			x.lastSeen = h.o.Clock.Now()
-			ch = x.turns[f.Request]
+			line = x.turns[f.Request]
 		}
 		h.mu.Unlock()
 		if f.Type == FrameTaskEnd {
@@ -433,12 +441,13 @@ func (h *Hub) receive(name string, c *conn) error {
 			}
 			continue
 		}
-		if ch == nil || f.Type == FrameHeartbeat {
+		if line.frames == nil || f.Type == FrameHeartbeat {
 			continue
 		}
 		c.handing.Store(true)
 		select {
-		case ch <- f:
+		case line.frames <- f:
+		case <-line.left:
 		case <-c.closed:
 			return nil
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/roombridge/roombridge/agents"
 )
@@ -27,6 +28,7 @@ type localTurn struct {
 	// on is the connection the bridge last gave (or re-attached) the turn
 	// on: frames go out only on it, so none overtakes a resend.
 	on      *rconn
+	onCh    chan struct{} // closed, and replaced, when on changes (awaitAttached)
 	ended   bool
 	token   string // the bridge's tool token of the turn
 	local   string // the agent's token at the runner's MCP endpoint
@@ -110,7 +112,7 @@ func (lt *localTurn) acked(seq int) (forget bool) {
 // if it still runs it is stopped.
 func (lt *localTurn) abandon() {
 	lt.mu.Lock()
-	lt.on = nil
+	lt.setOnLocked(nil)
 	ended := lt.ended
 	lt.mu.Unlock()
 	if !ended {
@@ -134,10 +136,10 @@ func (lt *localTurn) reattach(c *rconn, t Turn) {
 	lt.out.Lock()
 	defer lt.out.Unlock()
 	lt.mu.Lock()
-	lt.on = c
 	if t.MCPToken != "" {
 		lt.token = t.MCPToken
 	}
+	lt.setOnLocked(c)
 	var resend []Frame
 	for _, f := range lt.frames {
 		if f.Seq > t.After || f.Type == FrameCall && lt.replies[f.Event.ID] != nil {
@@ -174,11 +176,49 @@ func (lt *localTurn) control(f Frame) {
 	}
 }
 
-// bridgeToken is the turn's tool token at the bridge.
-func (lt *localTurn) bridgeToken() string {
-	lt.mu.Lock()
-	defer lt.mu.Unlock()
-	return lt.token
+// setOnLocked makes c the turn's connection and wakes awaitAttached.
+// lt.mu is held.
+func (lt *localTurn) setOnLocked(c *rconn) {
+	lt.on = c
+	if lt.onCh != nil {
+		close(lt.onCh)
+		lt.onCh = nil
+	}
+}
+
+// awaitAttached returns the connection the turn is attached on, with the
+// turn's tool token the bridge gave on it, once that connection is the
+// runner's current one (a runner that reconnected is attached again only
+// when the bridge re-sends the turn, with the token of the bridge's turn:
+// an earlier leader's may be revoked). With old (the connection a call
+// just failed on) it waits for another, and takes old again only once
+// patience has passed with no change (the call broke, the stream did
+// not). The MCP proxy's sends use it; it returns when ctx ends.
+func (lt *localTurn) awaitAttached(ctx context.Context, old *rconn, patience time.Duration) (*rconn, string, error) {
+	t := time.NewTimer(patience)
+	defer t.Stop()
+	late := old == nil
+	for {
+		cur, curCh := lt.r.currentAndChange()
+		lt.mu.Lock()
+		c, tok := lt.on, lt.token
+		if lt.onCh == nil {
+			lt.onCh = make(chan struct{})
+		}
+		onCh := lt.onCh
+		lt.mu.Unlock()
+		if c != nil && c == cur && (c != old || late) {
+			return c, tok, nil
+		}
+		select {
+		case <-onCh:
+		case <-curCh:
+		case <-t.C:
+			late = true
+		case <-ctx.Done():
+			return nil, "", ctx.Err()
+		}
+	}
 }
 
 // localSink is the agents.Sink of a turn on the runner: every report

@@ -178,14 +178,14 @@ func (t retrier) RoundTrip(out *http.Request) (*http.Response, error) {
 	var on *rconn
 	pause := t.p.r.o.Retry
 	for sends := 1; ; sends++ {
-		conn, err := t.p.r.awaitCurrent(ctx, on, pause)
+		conn, token, err := c.lt.awaitAttached(ctx, on, pause)
 		if err != nil {
-			return nil, fmt.Errorf("waiting for the runner to attach: %w", err)
+			return nil, fmt.Errorf("waiting for the turn to be attached: %w", err)
 		}
 		if sends > 1 && !t.p.issued(c.lt) {
 			return nil, errors.New("the turn ended while its call waited to be sent again")
 		}
-		req, err := c.request(out, conn)
+		req, err := c.request(out, conn, token)
 		if err != nil {
 			return nil, err
 		}
@@ -212,9 +212,9 @@ func unanswered(status int) bool {
 	return status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout
 }
 
-// request is c addressed to conn's bridge, with the turn's token and the
-// call's key.
-func (c *call) request(out *http.Request, conn *rconn) (*http.Request, error) {
+// request is c addressed to conn's bridge, with the turn's token there and
+// the call's key.
+func (c *call) request(out *http.Request, conn *rconn, token string) (*http.Request, error) {
 	base, err := url.Parse(conn.base)
 	if err != nil {
 		return nil, fmt.Errorf("the runner's bridge URL %q: %w", conn.base, err)
@@ -227,7 +227,7 @@ func (c *call) request(out *http.Request, conn *rconn) (*http.Request, error) {
 	if len(c.body) > 0 {
 		req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(c.body)), int64(len(c.body))
 	}
-	req.Header.Set("Authorization", "Bearer "+c.lt.bridgeToken())
+	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Del(agents.MCPCallKeyHeader)
 	if c.key != "" {
 		req.Header.Set(agents.MCPCallKeyHeader, c.key)

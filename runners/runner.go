@@ -373,41 +373,23 @@ func (r *Runner) Buffered() int {
 	return n
 }
 
-// current is the connection frames go out on (nil while away).
 // setCurrentLocked makes c the current connection and wakes those waiting
-// for a change (awaitCurrent). r.mu is held.
+// for a change (localTurn.awaitAttached). r.mu is held.
 func (r *Runner) setCurrentLocked(c *rconn) {
 	r.cur = c
 	close(r.curCh)
 	r.curCh = make(chan struct{})
 }
 
-// awaitCurrent returns the connection the runner is attached to, waiting
-// for one while there is none, until ctx ends; with old (the connection a
-// call just failed on), a new one as soon as the runner re-attaches, and
-// old itself only once patience has passed with no change (the call broke,
-// the stream did not). The MCP proxy's retries use it.
-func (r *Runner) awaitCurrent(ctx context.Context, old *rconn, patience time.Duration) (*rconn, error) {
-	t := time.NewTimer(patience)
-	defer t.Stop()
-	late := old == nil
-	for {
-		r.mu.Lock()
-		c, changed := r.cur, r.curCh
-		r.mu.Unlock()
-		if c != nil && (c != old || late) {
-			return c, nil
-		}
-		select {
-		case <-changed:
-		case <-t.C:
-			late = true
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
+// currentAndChange is the current connection and a channel closed when it
+// changes.
+func (r *Runner) currentAndChange() (*rconn, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cur, r.curCh
 }
 
+// current is the connection frames go out on (nil while away).
 func (r *Runner) current() *rconn {
 	r.mu.Lock()
 	defer r.mu.Unlock()

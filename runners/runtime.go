@@ -51,10 +51,11 @@ type turnRun struct {
 	t      agents.Turn
 	sink   agents.Sink
 	frames chan Frame
-	seq    int    // the last frame applied
-	acked  int    // the last frame acknowledged to the runner
-	sent   *conn  // the connection the turn was last sent on
-	runner string // the runner it was last sent to
+	left   chan struct{} // closed when Run returns (turnLine)
+	seq    int           // the last frame applied
+	acked  int           // the last frame acknowledged to the runner
+	sent   *conn         // the connection the turn was last sent on
+	runner string        // the runner it was last sent to
 	// interrupted: the runner went away past the grace during this turn.
 	interrupted   bool
 	cancel, drain <-chan struct{}
@@ -65,6 +66,9 @@ type turnRun struct {
 	// twice by one Run: it gets its reply again).
 	pending []Frame
 	calls   map[string]*Frame
+	// told are the cancel and drain this Run told the runner: told again
+	// on each connection the turn is sent on (one may have broken first).
+	told []string
 	// marks, when the sink is the scheduler's, stores each applied
 	// frame's Seq with the frame's own write (nil: tr.seq is memory only).
 	marks markSink
@@ -95,7 +99,7 @@ func (tr *turnRun) flush(c *conn) {
 
 // Run implements agents.Runtime.
 func (r *Runtime) Run(ctx context.Context, t agents.Turn, sink agents.Sink) (agents.Outcome, error) {
-	tr := &turnRun{h: r.Hub, t: t, sink: sink, frames: make(chan Frame, 64), cancel: t.Cancel, drain: t.Drain,
+	tr := &turnRun{h: r.Hub, t: t, sink: sink, frames: make(chan Frame, 64), left: make(chan struct{}), cancel: t.Cancel, drain: t.Drain,
 		replies: make(chan Frame, 8), calls: map[string]*Frame{}}
 	if ms, ok := sink.(markSink); ok {
 		mark, err := ms.Mark(ctx)
@@ -126,13 +130,14 @@ func (r *Runtime) Run(ctx context.Context, t agents.Turn, sink agents.Sink) (age
 			tr.flush(c)
 		case <-change:
 		case <-tr.cancel:
-			tr.cancel = nil
+			tr.cancel, tr.told = nil, append(tr.told, FrameCancel)
 			tr.tell(c, FrameCancel)
 		case <-tr.drain:
 			tr.drain = nil
 			if c == nil {
 				return agents.Outcome{}, fmt.Errorf("runner away: %w", agents.ErrInterrupted)
 			}
+			tr.told = append(tr.told, FrameDrain)
 			tr.tell(c, FrameDrain)
 		case <-ctx.Done():
 			return agents.Outcome{}, fmt.Errorf("%w: %w", agents.ErrInterrupted, ctx.Err())
@@ -148,7 +153,7 @@ func (tr *turnRun) where(agent string) (x *host, c *conn, gone bool, change <-ch
 	name := h.o.Hosts[agent]
 	tr.runner = name
 	x = h.hostLocked(name)
-	x.turns[tr.t.RequestID] = tr.frames
+	x.turns[tr.t.RequestID] = turnLine{frames: tr.frames, left: tr.left}
 	if x.c != nil && !slices.Contains(x.agents, agent) {
 		return x, nil, x.gone, x.change
 	}
@@ -159,9 +164,10 @@ func (tr *turnRun) leave() {
 	h := tr.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if x := h.host[tr.runner]; x != nil && x.turns[tr.t.RequestID] == tr.frames {
+	if x := h.host[tr.runner]; x != nil && x.turns[tr.t.RequestID].frames == tr.frames {
 		delete(x.turns, tr.t.RequestID)
 	}
+	close(tr.left)
 }
 
 // send gives the turn to connection c: a re-attach when it is live there,
@@ -182,6 +188,9 @@ func (tr *turnRun) send(ctx context.Context, x *host, c *conn) error {
 		return nil
 	}
 	tr.flush(c)
+	for _, typ := range tr.told {
+		tr.tell(c, typ) // a cancel or drain told on a connection that broke
+	}
 	if tr.seq > 0 {
 		tr.ack() // the runner may drop what the store has (a new leader never acked it)
 	}
