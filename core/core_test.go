@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/config"
@@ -107,5 +109,36 @@ func TestObserversActInOneTransaction(t *testing.T) {
 	_ = resp.Body.Close()
 	if !strings.Contains(string(body), `roombridge_requests{agent="coder",state="pending"} 1`) {
 		t.Fatalf("metrics do not count the pending request:\n%s", body)
+	}
+}
+
+// TestLeaderTermResetsQueueCounts: each leader term starts by forgetting
+// the stored queue counts (an older binary that led may have left one
+// stale), so the first creation of each agent counts its queue afresh.
+func TestLeaderTermResetsQueueCounts(t *testing.T) {
+	b, db := newBridge(t)
+	ctx := context.Background()
+	stale := []byte{0, 0, 0, 0, 0, 0, 3, 232} // 1000: the queue limit, refusing every creation
+	if err := db.Update(ctx, func(tx store.Tx) error { return tx.Put("agent_queue_len", "acme/coder", stale) }); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- b.Run(rctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var err error
+		verr := db.View(ctx, func(tx store.Tx) error { _, err = tx.Get("agent_queue_len", "acme/coder"); return nil })
+		if verr != nil {
+			t.Fatal(verr)
+		}
+		if errors.Is(err, store.ErrNotFound) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stale queue count is still stored after the term began (Get: %v)", err)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
