@@ -61,6 +61,19 @@ func ask(t *testing.T, b *coretest.Bridge) requests.ID {
 	return r.ID
 }
 
+// askEnded asks coder as ask does and waits until the request has ended.
+func askEnded(t *testing.T, b *coretest.Bridge) *requests.Request {
+	t.Helper()
+	id := ask(t, b)
+	var got *requests.Request
+	waitFor(t, "the request to end", func() bool {
+		var err error
+		got, err = b.Requests().Get(context.Background(), id)
+		return err == nil && got.State.Terminal()
+	})
+	return got
+}
+
 // until waits (advancing clk by step each round, when set) until cond
 // holds of the requests ids.
 func until(t *testing.T, b *coretest.Bridge, clk *clock.Fake, step time.Duration, what string, cond func(rs []*requests.Request) bool, ids ...requests.ID) {

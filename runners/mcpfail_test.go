@@ -134,15 +134,7 @@ func cutRun(t *testing.T, tool string, args map[string]any, after func(b *corete
 		Agents: map[string]agents.Runtime{"coder": agent}, Retry: 20 * time.Millisecond})
 	waitConnected(t, b, "laptop")
 
-	req, err := b.Requests().Create(context.Background(), requests.Ask{Agent: "coder", Room: "main", Surface: chat.Console, User: "console:you", Text: "go"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got *requests.Request
-	waitFor(t, "the request to end", func() bool {
-		got, err = b.Requests().Get(context.Background(), req.ID)
-		return err == nil && got.State.Terminal()
-	})
+	got := askEnded(t, b)
 	var c cut
 	select {
 	case c = <-seen:

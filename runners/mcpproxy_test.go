@@ -115,15 +115,7 @@ func TestMCPProxy(t *testing.T) {
 				Agents: map[string]agents.Runtime{"coder": a}, Retry: 20 * time.Millisecond})
 			waitConnected(t, b, "laptop")
 
-			req, err := b.Requests().Create(context.Background(), requests.Ask{Agent: "coder", Room: "main", Surface: chat.Console, User: "console:you", Text: "go"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got *requests.Request
-			waitFor(t, "the request to end", func() bool {
-				got, err = b.Requests().Get(context.Background(), req.ID)
-				return err == nil && got.State.Terminal()
-			})
+			got := askEnded(t, b)
 			if got.State != requests.Done || got.Result != "reported 40" {
 				t.Fatalf("%s: result %q reason %q; want done, \"reported 40\"", got.State, got.Result, got.Reason)
 			}
