@@ -111,7 +111,7 @@ func (s *Scheduler) call(ctx context.Context, id requests.ID, ev TurnEvent, key 
 		}
 		return Response{OK: true, TaskID: t.ID, Task: &t}
 	case EventProgress:
-		refusal, err := s.progressOnce(ctx, id, ev, key)
+		refusal, err := s.progress(ctx, id, ev.Percent, ev.Text, s.callOnce(id, key))
 		switch {
 		case err != nil:
 			return Response{Error: err.Error()}
@@ -387,59 +387,59 @@ func refusedTx(tx store.Tx, svc *requests.Service, r *requests.Request, detail s
 // progress records a progress report of request id's agent. Bad input (a
 // percent outside 0-100) or a request that is not running is refused: the
 // refusal is returned and audited in the same transaction, and nothing
-// changes. err is a store error. also, when not nil, writes in the same
-// transaction, before the report (a marking sink's mark: a report already
-// applied writes nothing and is answered as done).
-func (s *Scheduler) progress(ctx context.Context, id requests.ID, percent int, text string, also func(store.Tx) error) (refusal string, err error) {
+// changes. err is a store error. once, when not nil, makes the report
+// idempotent in the same transaction: its guard runs first (done: the
+// report is applied already, nothing more is written), its record after
+// the report is applied.
+func (s *Scheduler) progress(ctx context.Context, id requests.ID, percent int, text string, once *reportOnce) (refusal string, err error) {
 	text = s.svc.Clip(text)
 	err = s.durably(ctx, func() error {
 		return s.svc.Store().Update(ctx, func(tx store.Tx) error {
-			if also != nil {
-				if err := also(tx); err != nil {
+			refusal = ""
+			if once != nil {
+				if done, err := once.guard(tx); err != nil || done {
 					return err
 				}
 			}
-			refusal, err = s.progressTx(tx, id, percent, text)
-			return err
+			var err error
+			if refusal, err = s.progressTx(tx, id, percent, text); err != nil || refusal != "" || once == nil || once.record == nil {
+				return err
+			}
+			return once.record(tx)
 		})
 	})
-	if applied(err) {
-		return "", nil
-	}
 	if err != nil {
 		return "", fmt.Errorf("agents: progress of %s: %w", id, err)
 	}
 	return refusal, nil
 }
 
-// progressOnce is progress for a call with an idempotency key (none: as
-// progress): a report applied under key is recorded in the transaction
-// that applies it, and its repeat changes nothing.
-func (s *Scheduler) progressOnce(ctx context.Context, id requests.ID, ev TurnEvent, key CallKey) (refusal string, err error) {
+// reportOnce makes a report idempotent (progress): guard, first in the
+// report's transaction, tells whether it is applied already; record, when
+// not nil, notes that it is, after it was applied.
+type reportOnce struct {
+	guard  func(store.Tx) (done bool, err error)
+	record func(store.Tx) error
+}
+
+// callOnce is the reportOnce of request id's call under key (nil for the
+// zero key): a repeat gets the first answer (ReplayCallTx), the first is
+// recorded (RecordCallTx).
+func (s *Scheduler) callOnce(id requests.ID, key CallKey) *reportOnce {
 	if key.IsZero() {
-		return s.progress(ctx, id, ev.Percent, ev.Text, nil)
+		return nil
 	}
-	text := s.svc.Clip(ev.Text)
-	err = s.durably(ctx, func() error {
-		return s.svc.Store().Update(ctx, func(tx store.Tx) error {
-			refusal = ""
+	return &reportOnce{
+		guard: func(tx store.Tx) (bool, error) {
 			r, err := s.svc.GetTx(tx, id)
 			if err != nil {
-				return err
+				return false, err
 			}
-			if _, done, err := ReplayCallTx(tx, s.svc, r, key); err != nil || done {
-				return err
-			}
-			if refusal, err = s.progressTx(tx, id, ev.Percent, text); err != nil || refusal != "" {
-				return err
-			}
-			return RecordCallTx(tx, key, Response{OK: true})
-		})
-	})
-	if err != nil {
-		return "", fmt.Errorf("agents: progress of %s: %w", id, err)
+			_, done, err := ReplayCallTx(tx, s.svc, r, key)
+			return done, err
+		},
+		record: func(tx store.Tx) error { return RecordCallTx(tx, key, Response{OK: true}) },
 	}
-	return refusal, nil
 }
 
 // progressTx applies a progress report of request id in tx, or returns

@@ -48,6 +48,15 @@ var errApplied = errors.New("agents: report applied already")
 // committed nothing and the report counts as done.
 func applied(err error) bool { return errors.Is(err, errApplied) }
 
+// marked is markTx as a report's guard (reportOnce): done when the
+// report is applied already.
+func (k *sink) marked(tx store.Tx) (done bool, err error) {
+	if err := k.markTx(tx); !applied(err) {
+		return false, err
+	}
+	return true, nil
+}
+
 // markTx stores k's mark in tx (nothing for an unmarked sink, or a request
 // started by an earlier version, which has no turn record). The mark only
 // grows: a report at or below it is refused with errApplied, so that the

@@ -111,7 +111,7 @@ func (k *sink) Tool(ctx context.Context, phase, name string) error {
 // tool report_progress (Scheduler.Call); for an exec agent a refused report
 // is a protocol error that fails the turn.
 func (k *sink) Progress(ctx context.Context, percent int, text string) error {
-	refusal, err := k.s.progress(ctx, k.id, percent, text, k.markTx)
+	refusal, err := k.s.progress(ctx, k.id, percent, text, &reportOnce{guard: k.marked})
 	if err == nil && refusal != "" {
 		err = fmt.Errorf("%w: %s", ErrProtocol, refusal)
 	}
