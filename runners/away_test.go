@@ -38,17 +38,9 @@ func gatedRunner(t *testing.T, b *coretest.Bridge, token, gate string) (stop fun
 	t.Helper()
 	script := `read turn; echo '{"type":"session","id":"s-1"}'; echo '{"type":"message","text":"started"}'
 while [ ! -e ` + gate + ` ]; do sleep 0.01; done; echo '{"type":"final","text":"all good"}'`
-	r, err := runners.NewRunner(runners.RunnerOptions{Name: "laptop", URLs: []string{b.URL}, Token: token,
+	_, _, stop = goRunner(t, runners.RunnerOptions{Name: "laptop", URLs: []string{b.URL}, Token: token,
 		Agents: map[string]agents.Runtime{"coder": &process.Runtime{Kind: process.Exec, Command: []string{"sh", "-c", script}}},
 		Retry:  20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = r.Run(ctx); close(done) }()
-	stop = func() { cancel(); <-done }
-	t.Cleanup(stop)
 	return stop
 }
 
