@@ -18,8 +18,11 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/clock"
+	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/rooms"
 	"github.com/roombridge/roombridge/store"
 )
 
@@ -65,10 +68,12 @@ type HubOptions struct {
 // runner hosts which agent, watches heartbeats and gives each
 // runner-hosted agent its Runtime.
 type Hub struct {
-	o    HubOptions
-	srv  *grpc.Server
-	mu   sync.Mutex
-	host map[string]*host // by runner name
+	o HubOptions
+	// refusals bounds the auth_refused records of refused runners.
+	refusals rooms.Refusals
+	srv      *grpc.Server
+	mu       sync.Mutex
+	host     map[string]*host // by runner name
 	// reconnects counts connections of a runner seen before.
 	reconnects int
 	// started is when this bridge began leading: a runner not seen since
@@ -237,7 +242,7 @@ func (h *Hub) connect(stream grpc.ServerStream) error {
 	}
 	switch _, err := authenticate(ctx, h.o.Store, hello.Runner, bearer(ctx)); {
 	case errors.Is(err, store.ErrNotFound):
-		h.o.Log.Warn("runner refused", "runner", hello.Runner, "error", "unknown or revoked token")
+		h.refuseToken(ctx, hello.Runner)
 		return status.Errorf(codes.Unauthenticated, "runner %s: unknown or revoked token", hello.Runner)
 	case err != nil:
 		// A failure of ours (the store unreachable): the runner retries;
@@ -304,6 +309,24 @@ func (h *Hub) stopEnded(ctx context.Context, hello Frame, c *conn) {
 		_ = c.send(Frame{Type: FrameCancel, Request: s})
 	}
 }
+
+// refuseToken logs a runner refused for its token and audits it at the
+// bounded rate of the other unauthenticated refusals (rooms.Refusals), with
+// at most MaxNameAudited bytes of the name it gave: a flood of forged
+// hellos cannot fill the store.
+func (h *Hub) refuseToken(ctx context.Context, runner string) {
+	name := clip.Line(runner, MaxNameAudited, clip.Bytes)
+	h.o.Log.Warn("runner refused", "runner", name, "error", "unknown or revoked token")
+	err := h.refusals.Audit(ctx, h.o.Store, "runner\x00token", audit.Record{Time: h.o.Clock.Now().UTC(),
+		Actor: "runner:" + name, Surface: "runner", Action: "auth_refused", Detail: "runner " + name + ": unknown or revoked token"})
+	if err != nil {
+		h.o.Log.Error("auditing a refused runner", "error", err)
+	}
+}
+
+// MaxNameAudited bounds the runner name a refusal's log line and audit
+// record keep.
+const MaxNameAudited = 64
 
 // bearer is the token of the stream's authorization metadata.
 func bearer(ctx context.Context) string {

@@ -13,10 +13,12 @@ import (
 
 	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/agents/process"
+	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/core/coretest"
 	"github.com/roombridge/roombridge/internal/syncbuf"
 	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/rooms"
 	"github.com/roombridge/roombridge/runners"
 	"github.com/roombridge/roombridge/store"
 )
@@ -234,5 +236,41 @@ func TestStoreFailureIsNotARefusal(t *testing.T) {
 	case err := <-errs:
 		t.Fatalf("the runner stopped: %v; want it to retry", err)
 	default:
+	}
+}
+
+// TestRefusedTokensAuditedBounded: a runner with a wrong token is refused
+// and audited (auth_refused, its name cut to runners.MaxNameAudited), at
+// the bounded rate of the other unauthenticated refusals.
+func TestRefusedTokensAuditedBounded(t *testing.T) {
+	b := startBridge(t)
+	if _, err := runners.Add(context.Background(), b.DB, time.Now(), "laptop"); err != nil {
+		t.Fatal(err)
+	}
+	long := "laptop" + strings.Repeat("x", 1000)
+	for i := range rooms.RefusalsPerWindow + 3 {
+		name := "laptop"
+		if i == 0 {
+			name = long
+		}
+		if err := waitErr(t, runner(t, b, name, "rt_forged")); !errors.Is(err, runners.ErrRefused) {
+			t.Fatalf("runner with a forged token: %v, want refused", err)
+		}
+	}
+	recs, err := audit.List(context.Background(), b.DB, audit.Query{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused []audit.Record
+	for _, r := range recs {
+		if r.Action == "auth_refused" {
+			refused = append(refused, r)
+		}
+	}
+	if len(refused) != rooms.RefusalsPerWindow {
+		t.Fatalf("%d auth_refused records after %d refusals, want %d", len(refused), rooms.RefusalsPerWindow+3, rooms.RefusalsPerWindow)
+	}
+	if a := refused[0].Actor; len(a) > len("runner:")+runners.MaxNameAudited || !strings.HasPrefix(a, "runner:laptop") {
+		t.Fatalf("first refusal's actor %q (%d bytes): want the runner's name cut to %d bytes", a, len(a), runners.MaxNameAudited)
 	}
 }
