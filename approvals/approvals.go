@@ -272,6 +272,9 @@ type Service struct {
 	Links func(id string) string
 	// onRevoke ends what else a revoke ends (OnRevoke).
 	onRevoke []func(ctx context.Context, user string) error
+	// renderInSweep: the sweeper's expiries render their thread's effects
+	// at once, not at delivery (tests: RenderInSweep).
+	renderInSweep bool
 }
 
 // New returns a Service. Register its Observe with the requests service,
@@ -287,6 +290,9 @@ func New(o Options) *Service {
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.threads != nil {
+		s.threads.SetExpander(expandExpired, s.expandExpiredTx)
 	}
 	return s
 }

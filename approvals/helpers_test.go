@@ -43,6 +43,7 @@ type env struct {
 	appr   *approvals.Service
 	sweep  *ttl.Sweeper
 	router *rooms.Router
+	th     *threads.Threads
 }
 
 // testConfig has three rooms: backend on Slack and Feishu with approvers
@@ -71,7 +72,7 @@ func newEnv(t *testing.T) *env {
 	b := coretest.Start(t, coretest.Options{Config: testConfig, Dir: t.TempDir(), Clock: clk,
 		Surfaces: []string{chat.Slack, chat.Feishu}, Idle: true})
 	return &env{t: t, ctx: context.Background(), db: b.DB, clk: clk, svc: b.Requests(), appr: b.Approvals(),
-		sweep: b.Sweeper(), router: b.Router()}
+		sweep: b.Sweeper(), router: b.Router(), th: b.Threads()}
 }
 
 // ask makes a request by user in room (pending unless user is an owner).
@@ -112,11 +113,25 @@ func (e *env) request(id requests.ID) *requests.Request {
 	return r
 }
 
-// effects returns the undelivered outbox effects.
+// effects returns the undelivered outbox effects, those an OpExpand effect
+// stands for expanded first (as the outbox does when it delivers them).
 func (e *env) effects() []threads.Effect {
 	e.t.Helper()
 	var out []threads.Effect
-	err := e.db.View(e.ctx, func(tx store.Tx) error {
+	err := e.db.Update(e.ctx, func(tx store.Tx) error {
+		pending, err := store.PendingEffects(tx, 0)
+		for _, p := range pending {
+			var ef threads.Effect
+			if err == nil && json.Unmarshal(p.Payload, &ef) == nil && ef.Op == threads.OpExpand {
+				err = e.th.ExpandTx(tx, p)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	err = e.db.View(e.ctx, func(tx store.Tx) error {
 		pending, err := store.PendingEffects(tx, 0)
 		for _, p := range pending {
 			var ef threads.Effect
@@ -128,6 +143,20 @@ func (e *env) effects() []threads.Effect {
 		return err
 	})
 	if err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+// pendingRaw returns the outbox as stored (nothing expanded).
+func (e *env) pendingRaw() []store.Effect {
+	e.t.Helper()
+	var out []store.Effect
+	if err := e.db.View(e.ctx, func(tx store.Tx) error {
+		var err error
+		out, err = store.PendingEffects(tx, 0)
+		return err
+	}); err != nil {
 		e.t.Fatal(err)
 	}
 	return out

@@ -17,13 +17,21 @@ func updateCardsTx(tx store.Tx, a *Approval, m chat.Message) error {
 	if err != nil {
 		return err
 	}
-	return enqueueTx(tx, ps)
+	return threads.EnqueueAll(tx, ps)
 }
 
 // prepareCards encodes, for updateCardsTx, card m's update of each copy.
 func prepareCards(a *Approval, m chat.Message) ([]threads.Prepared, error) {
+	return prepareCardsExcept(a, m, "")
+}
+
+// prepareCardsExcept is prepareCards but for the copies in queue except.
+func prepareCardsExcept(a *Approval, m chat.Message, except string) ([]threads.Prepared, error) {
 	ps := make([]threads.Prepared, 0, len(a.Copies))
 	for _, c := range a.Copies {
+		if except != "" && c.queue() == except {
+			continue
+		}
 		p, err := threads.Prepare(threads.Effect{Op: threads.OpUpdate, Request: c.Request,
 			Surface: c.Surface, Ref: c.Ref, Message: m})
 		if err != nil {
@@ -32,16 +40,6 @@ func prepareCards(a *Approval, m chat.Message) ([]threads.Prepared, error) {
 		ps = append(ps, p)
 	}
 	return ps, nil
-}
-
-// enqueueTx enqueues prepared effects in order.
-func enqueueTx(tx store.Tx, ps []threads.Prepared) error {
-	for _, p := range ps {
-		if err := p.EnqueueTx(tx); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // settlement is a pending approval's move to a final state. It is a pure
@@ -54,11 +52,20 @@ type settlement struct {
 	cards         []threads.Prepared // after's card, on each copy
 	retry         []threads.Prepared // an expired request's retry offer (settleExpiry)
 	request       requests.Read      // the request an expiry expires, as read when prepared (zero: none)
+	// deferred is the thread queue whose effects an expiry left to the
+	// outbox's expansion of expand (settleExpiry; "": none).
+	deferred string
+	expand   threads.Prepared
 }
 
 // settle prepares a's move to state to; reason is why it was withdrawn, or
 // a question's answer when to is Answered.
 func settle(a *Approval, to State, by, surface, reason string, now time.Time) (*settlement, error) {
+	return settleExcept(a, to, by, surface, reason, now, "")
+}
+
+// settleExcept is settle without the card copies in queue except.
+func settleExcept(a *Approval, to State, by, surface, reason string, now time.Time, except string) (*settlement, error) {
 	after := *a
 	after.State, after.DecidedBy, after.Surface, after.DecidedAt = to, by, surface, now
 	if to == Answered {
@@ -71,7 +78,7 @@ func settle(a *Approval, to State, by, surface, reason string, now time.Time) (*
 	if err != nil {
 		return nil, fmt.Errorf("approvals: encode %s: %w", a.ID, err)
 	}
-	cards, err := prepareCards(&after, Card(&after))
+	cards, err := prepareCardsExcept(&after, Card(&after), except)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +90,7 @@ func (st *settlement) applyTx(tx store.Tx) (*Approval, error) {
 	if err := putTx(tx, st.before, st.after, st.encoded); err != nil {
 		return nil, err
 	}
-	if err := enqueueTx(tx, st.cards); err != nil {
+	if err := threads.EnqueueAll(tx, st.cards); err != nil {
 		return nil, err
 	}
 	return st.after, nil

@@ -243,7 +243,7 @@ type observer struct {
 func observers(b *Bridge) []observer {
 	return []observer{
 		{"metrics", b.met.Observe},
-		{"threads", b.threads.Observe},
+		{threads.ObserverName, b.threads.Observe},
 		{"approvals", b.appr.Observe},
 		{"delegation", b.del.Observe},
 	}
@@ -316,6 +316,7 @@ func (b *Bridge) leaderJobs() {
 	}
 	b.deliver = threads.NewDeliverer(b.opts.Store, b.opts.Clock, b.log, conns...)
 	b.deliver.OnDelivered = b.met.Delivered
+	b.deliver.Expand = b.threads.ExpandTx
 	b.live = threads.NewLive(b.threads, b.opts.Store, b.opts.Clock, b.log, conns...)
 	b.deliver.Live = b.live
 	b.sched.Live = b.live
@@ -396,6 +397,10 @@ func (b *Bridge) Approvals() *approvals.Service { return b.appr }
 
 // Delegation is the delegation service (rendezvous, background tasks).
 func (b *Bridge) Delegation() *delegation.Service { return b.del }
+
+// Threads returns the threads (their expansion of the outbox's OpExpand
+// effects, for tests that read the outbox).
+func (b *Bridge) Threads() *threads.Threads { return b.threads }
 
 // Sweeper is the approvals sweeper (tests sweep at a fake clock's time).
 func (b *Bridge) Sweeper() *ttl.Sweeper { return b.sweeper }

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strconv"
 	"time"
+
+	"github.com/roombridge/roombridge/internal/jsonx"
 )
 
 // ID is a request's public ID: R + the UTC day (yyyymmdd) + "-" + a per-owner
@@ -30,7 +32,9 @@ func (id ID) String() string {
 	if id.IsZero() {
 		return ""
 	}
-	return fmt.Sprintf("R%08d-%02d", id.day, id.n)
+	b := make([]byte, 0, 16)
+	b = jsonx.AppendPadded(append(b, 'R'), int64(id.day), 8)
+	return string(jsonx.AppendPadded(append(b, '-'), int64(id.n), 2))
 }
 
 // Short is the in-room short form, R-07.
@@ -68,7 +72,10 @@ func cmpInt(a, b int) int {
 }
 
 // Key is a fixed-width form whose byte order is the ID order, for store keys.
-func (id ID) Key() string { return fmt.Sprintf("%08d-%010d", id.day, id.n) }
+func (id ID) Key() string {
+	b := jsonx.AppendPadded(make([]byte, 0, 19), int64(id.day), 8)
+	return string(jsonx.AppendPadded(append(b, '-'), int64(id.n), 10))
+}
 
 // MarshalText implements encoding.TextMarshaler.
 func (id ID) MarshalText() ([]byte, error) { return []byte(id.String()), nil }

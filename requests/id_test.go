@@ -3,6 +3,7 @@ package requests_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -260,5 +261,22 @@ func TestFindRefs(t *testing.T) {
 	got = requests.FindRefs("R-03 and R20261130-03", day0.AddDate(0, 0, 1))
 	if len(got) != 1 || got[0].String() != "R20261130-03" {
 		t.Errorf("FindRefs next day = %v, want one R20261130-03", got)
+	}
+}
+
+// String and Key are built without fmt, and are what fmt built: the keys of
+// a store written by an older bridge are found again.
+func TestIDIsWhatFmtWrote(t *testing.T) {
+	for _, day := range []time.Time{time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)} {
+		for _, n := range []int{1, 7, 10, 99, 100, 12345, 1234567890, 98765432101} {
+			id := requests.NewID(day, n)
+			d := day.Year()*10000 + int(day.Month())*100 + day.Day()
+			if got, want := id.String(), fmt.Sprintf("R%08d-%02d", d, n); got != want {
+				t.Errorf("String = %q, want %q", got, want)
+			}
+			if got, want := id.Key(), fmt.Sprintf("%08d-%010d", d, n); got != want {
+				t.Errorf("Key = %q, want %q", got, want)
+			}
+		}
 	}
 }

@@ -196,10 +196,8 @@ func (s *Service) createTx(tx store.Tx, a Ask, refs []ID, inherit bool) (*Reques
 	}); err != nil {
 		return nil, err
 	}
-	for _, o := range s.observers {
-		if err := o(tx, nil, r); err != nil {
-			return nil, err
-		}
+	if err := s.observe(tx, nil, r, nil); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -314,6 +312,10 @@ type Change struct {
 	// Mutate, if set, edits the record along with the transition (result,
 	// reason, session...).
 	Mutate func(*Request)
+	// Skip names observers (as added) not told of this change: the caller
+	// makes their effects itself (the sweeper has a thread's rendered when
+	// the outbox delivers them).
+	Skip []string
 }
 
 // Apply moves request id by c.Event, with its audit record, in one
@@ -374,12 +376,23 @@ func (s *Service) ApplyReadTx(tx store.Tx, id ID, hint Read, c Change) (*Request
 	}); err != nil {
 		return nil, err
 	}
-	for _, o := range s.observers {
-		if err := o(tx, before, &after); err != nil {
-			return nil, err
-		}
+	if err := s.observe(tx, before, &after, c.Skip); err != nil {
+		return nil, err
 	}
 	return &after, nil
+}
+
+// observe tells the observers (but those skip names) of a change.
+func (s *Service) observe(tx store.Tx, before, after *Request, skip []string) error {
+	for i, o := range s.observers {
+		if len(skip) > 0 && slices.Contains(skip, s.names[i]) {
+			continue
+		}
+		if err := o(tx, before, after); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // UpdateTx edits a request without a state change (session, cancel flag),
@@ -405,10 +418,8 @@ func (s *Service) UpdateTx(tx store.Tx, id ID, actor, action, detail string, mut
 			return nil, err
 		}
 	}
-	for _, o := range s.observers {
-		if err := o(tx, before, &after); err != nil {
-			return nil, err
-		}
+	if err := s.observe(tx, before, &after, nil); err != nil {
+		return nil, err
 	}
 	return &after, nil
 }

@@ -43,17 +43,24 @@ func PutJSON(tx Tx, bucket, key string, v any) error {
 
 // NextSeq increments the named counter and returns its new value (first: 1).
 func NextSeq(tx Tx, name string) (uint64, error) {
-	n, err := Seq(tx, name)
+	return nextSeqs(tx, name, 1)
+}
+
+// nextSeqs adds n to the named counter and returns the first of the n
+// values it passed.
+func nextSeqs(tx Tx, name string, n uint64) (uint64, error) {
+	first, err := Seq(tx, name)
 	if err != nil {
 		return 0, err
 	}
-	n++
+	first++
+	n += first - 1
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], n)
 	if err := tx.Put(bucketSeq, name, b[:]); err != nil {
 		return 0, err
 	}
-	return n, nil
+	return first, nil
 }
 
 // Seq returns the named counter's current value (0 if never incremented).
@@ -160,6 +167,10 @@ type Effect struct {
 	NotBefore time.Time       `json:"not_before,omitzero"`
 	LastError string          `json:"last_error,omitempty"`
 	Created   time.Time       `json:"created"`
+	// Span, above 1, makes the effect stand for up to Span effects that
+	// ExpandEffect puts in its place: Enqueue reserves the Span sequence
+	// numbers from Seq on, so that they keep its place in its queue.
+	Span int `json:"span,omitempty"`
 }
 
 // TopicOutbox is notified whenever an effect is enqueued.
@@ -169,31 +180,82 @@ func outboxKey(seq uint64) string {
 	return string(jsonx.AppendPaddedUint(make([]byte, 0, 20), seq, 20))
 }
 
-// Enqueue appends e to the outbox (assigning e.Seq) and notifies TopicOutbox.
-// If e.Coalesce names an undelivered effect, that one is dropped: the newest
-// effect of a coalesce key is the only one delivered.
+// Enqueue appends e to the outbox (assigning e.Seq, and reserving the
+// sequence numbers of its Span) and notifies TopicOutbox. If e.Coalesce
+// names an undelivered effect, that one is dropped: the newest effect of a
+// coalesce key is the only one delivered.
 func Enqueue(tx Tx, e *Effect) error {
-	seq, err := NextSeq(tx, "outbox")
+	seq, err := nextSeqs(tx, "outbox", uint64(max(e.Span, 1)))
 	if err != nil {
 		return err
 	}
-	if e.Coalesce != "" {
-		old, err := tx.Get(bucketCoalesc, e.Coalesce)
-		switch {
-		case err == nil:
-			if err := tx.Delete(bucketOutbox, string(old)); err != nil {
-				return err
-			}
-		case !errors.Is(err, ErrNotFound):
-			return err
-		}
-		if err := tx.Put(bucketCoalesc, e.Coalesce, []byte(outboxKey(seq))); err != nil {
-			return err
-		}
-	}
 	e.Seq = seq
+	if _, err := coalesce(tx, e); err != nil {
+		return err
+	}
 	if err := putEffect(tx, e); err != nil {
 		return err
+	}
+	tx.Notify(TopicOutbox)
+	return nil
+}
+
+// coalesce makes e, about to be written under e.Seq, the effect of its
+// coalesce key, dropping the undelivered one it names; unless that one
+// comes after e (ExpandEffect: enqueued after the expanded effect's span),
+// which replaces e instead: kept false, and nothing is written.
+func coalesce(tx Tx, e *Effect) (kept bool, err error) {
+	if e.Coalesce == "" {
+		return true, nil
+	}
+	old, err := tx.Get(bucketCoalesc, e.Coalesce)
+	switch {
+	case errors.Is(err, ErrNotFound):
+	case err != nil:
+		return false, err
+	case string(old) > outboxKey(e.Seq): // keys of one width: their order is the numbers'
+		return false, nil
+	default:
+		if err := tx.Delete(bucketOutbox, string(old)); err != nil {
+			return false, err
+		}
+	}
+	return true, tx.Put(bucketCoalesc, e.Coalesce, []byte(outboxKey(e.Seq)))
+}
+
+// ExpandEffect puts parts, in order, in the place of the undelivered effect
+// e, which stands for them (its Span bounds how many): parts[i] is stored
+// under e.Seq+i, in e's queue, created when e was. A part's coalesce key
+// works as Enqueue's, as if the part had been enqueued in e's place: it
+// drops an older effect of its key, and an effect of its key enqueued
+// since replaces the part. An e no longer in the outbox (delivered, or
+// expanded already) is ErrNotFound.
+func ExpandEffect(tx Tx, e Effect, parts []Effect) error {
+	if len(parts) > max(e.Span, 1) {
+		return fmt.Errorf("store: expand effect %d: %d effects for a span of %d", e.Seq, len(parts), e.Span)
+	}
+	switch cur, err := GetEffect(tx, e.Seq); {
+	case err != nil:
+		return err
+	case cur.Span == 0: // expanded already: its first part is there
+		return fmt.Errorf("store: expand effect %d: %w (expanded already)", e.Seq, ErrNotFound)
+	}
+	if err := tx.Delete(bucketOutbox, outboxKey(e.Seq)); err != nil {
+		return err
+	}
+	for i := range parts {
+		p := parts[i]
+		p.Seq, p.Queue, p.Created, p.Span = e.Seq+uint64(i), e.Queue, e.Created, 0
+		kept, err := coalesce(tx, &p)
+		if err != nil {
+			return err
+		}
+		if !kept {
+			continue
+		}
+		if err := putEffect(tx, &p); err != nil {
+			return err
+		}
 	}
 	tx.Notify(TopicOutbox)
 	return nil
@@ -232,6 +294,9 @@ func appendEffect(b []byte, e *Effect) []byte {
 		b = jsonx.AppendString(append(b, `,"last_error":`...), e.LastError)
 	}
 	b = jsonx.AppendTime(append(b, `,"created":`...), e.Created)
+	if e.Span != 0 {
+		b = strconv.AppendInt(append(b, `,"span":`...), int64(e.Span), 10)
+	}
 	return append(b, '}')
 }
 

@@ -11,17 +11,17 @@ import (
 // An effect is stored exactly as json.Marshal encodes it (its payload,
 // compact already, as it is): same bytes, whatever its strings and times.
 func TestAppendEffectIsJSONMarshal(t *testing.T) {
-	// appendEffect writes Effect's 8 fields by hand (the third case below
+	// appendEffect writes Effect's 9 fields by hand (the third case below
 	// sets them all): a new field must be taught to it, and set here.
-	if n := reflect.TypeFor[Effect]().NumField(); n != 8 {
-		t.Fatalf("Effect has %d fields, appendEffect writes 8: add the new one to appendEffect and to this test", n)
+	if n := reflect.TypeFor[Effect]().NumField(); n != 9 {
+		t.Fatalf("Effect has %d fields, appendEffect writes 9: add the new one to appendEffect and to this test", n)
 	}
 	at := time.Date(2026, 12, 1, 11, 30, 5, 123456789, time.FixedZone("x", 5*3600+1800))
 	for _, e := range []Effect{
 		{},
 		{Seq: 1, Queue: "slack/R20261201-01", Payload: json.RawMessage(`{"op":"reply","message":{"text":"hé \u003c\u0026"}}`), Created: at.UTC()},
 		{Seq: 1<<64 - 1, Queue: `q "quoted" \ back`, Coalesce: "slack/parent/R-1", Payload: json.RawMessage(`"x"`),
-			Attempts: 7, NotBefore: at, LastError: "slack: chat.update: <ratelimited> & \x01 \u2028 é \xff", Created: at},
+			Attempts: 7, NotBefore: at, LastError: "slack: chat.update: <ratelimited> & \x01 \u2028 é \xff", Created: at, Span: 5},
 		{Queue: "日本", Attempts: -1, LastError: "\x7f", Created: time.Unix(0, 1)},
 	} {
 		want, err := json.Marshal(&e)

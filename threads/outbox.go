@@ -62,6 +62,10 @@ type Deliverer struct {
 	// Live, if set, closes a request's live message with its outcome (the
 	// final answer lands in it instead of a new reply). Set it before Run.
 	Live *Live
+	// Expand expands an OpExpand effect in the outbox (Threads.ExpandTx);
+	// unset, such effects wait, each attempt audited as failed. Set it
+	// before Run.
+	Expand func(tx store.Tx, se store.Effect) error
 }
 
 // NewDeliverer returns a Deliverer for the given connectors. A Fenced
@@ -190,7 +194,7 @@ func (d *Deliverer) markHeads(pending []store.Effect) {
 			continue
 		}
 		seen[se.Queue] = true
-		if op, ok := d.opLocked(se); ok && op != OpUpdate {
+		if op, ok := d.opLocked(se); ok && op != OpUpdate && op != OpExpand { // an expansion posts nothing
 			d.doubt[se.Seq] = true
 		}
 	}
@@ -267,6 +271,9 @@ func (d *Deliverer) deliver(ctx context.Context, se store.Effect) (time.Time, bo
 		e.Message.IdempotencyKey = effectKey(e.Surface, se)
 	}
 	log := d.log.With("request_id", e.Request, "surface", e.Surface, "op", string(e.Op), "seq", se.Seq)
+	if e.Op == OpExpand {
+		return d.expand(ctx, log, se, e)
+	}
 	rt, ok := d.connectors[e.Surface]
 	if !ok {
 		d.drop(ctx, se, e, fmt.Errorf("%w: no connector for surface %q", chat.ErrPermanent, e.Surface))
@@ -290,13 +297,38 @@ func (d *Deliverer) deliver(ctx context.Context, se store.Effect) (time.Time, bo
 			return time.Time{}, true
 		}
 	}
+	return d.failed(ctx, log, se, e, err)
+}
+
+// expand puts in the place of OpExpand effect se the effects it stands
+// for, in one transaction, and reports false with the time to plan its
+// thread again (now: the thread's effects changed).
+func (d *Deliverer) expand(ctx context.Context, log *slog.Logger, se store.Effect, e Effect) (time.Time, bool) {
+	err := errors.New("threads: no expander")
+	if d.Expand != nil {
+		err = d.store.Update(ctx, func(tx store.Tx) error { return d.Expand(tx, se) })
+	}
+	if err == nil || isNotFound(err) { // expanded (or delivered) by an earlier term
+		d.mu.Lock()
+		delete(d.ops, se.Seq) // its first part has its sequence number
+		d.mu.Unlock()
+		return d.clock.Now(), false
+	}
+	return d.failed(ctx, log, se, e, err)
+}
+
+// failed handles an attempt of effect se that failed with err: a permanent
+// failure drops the effect, any other backs it off (or waits for the
+// platform's Retry-After), recorded and audited. It reports false, with the
+// retry time, when the effect stays in the outbox.
+func (d *Deliverer) failed(ctx context.Context, log *slog.Logger, se store.Effect, e Effect, err error) (time.Time, bool) {
 	if errors.Is(err, chat.ErrPermanent) {
 		d.drop(ctx, se, e, err)
 		return time.Time{}, true
 	}
 	var ra *chat.RetryAfterError
 	limited := errors.As(err, &ra)
-	if !limited && e.Op != OpUpdate {
+	if !limited && e.Op != OpUpdate && e.Op != OpExpand {
 		// The post may have gone out (a timeout, a lost answer, a failed
 		// record): the next attempt looks for it first.
 		d.setDoubt(se.Seq, true)

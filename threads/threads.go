@@ -32,6 +32,7 @@ const (
 	OpReply  Op = "reply"  // post in a request's thread
 	OpUpdate Op = "update" // replace a posted message
 	OpDirect Op = "direct" // message one user directly
+	OpExpand Op = "expand" // stands for effects rendered at delivery (expand.go)
 )
 
 // Effect is the payload of an outbox entry.
@@ -43,6 +44,7 @@ type Effect struct {
 	User    string       `json:"user,omitempty"`    // OpDirect: the surface's user ID
 	Ref     string       `json:"ref,omitempty"`     // OpUpdate: name of the message to replace
 	Save    string       `json:"save,omitempty"`    // name to record the posted message under
+	Expand  string       `json:"expand,omitempty"`  // OpExpand: the expander, which reads Ref
 	Message chat.Message `json:"message"`
 }
 
@@ -54,6 +56,8 @@ type Threads struct {
 	// Links, if set, gives the web page of a request ("": none): thread
 	// parents carry it as an "Open" field.
 	Links func(id string) string
+
+	expanders map[string]Expander // SetExpander
 }
 
 // New returns Threads that place threads by the room directory rooms (its
@@ -71,6 +75,10 @@ func (t *Threads) Place(r *requests.Request) (surface, channel string, ok bool) 
 
 // ParentRef is the name under which a request's parent message is recorded.
 func ParentRef(id string) string { return id + "/parent" }
+
+// ObserverName is the name Observe is added under (requests.Service
+// AddObserver), which a requests.Change skips it by.
+const ObserverName = "threads"
 
 // Observe is a requests.Observer: a new request gets its thread, every change
 // updates the parent's status (coalesced), an ending posts the outcome.
@@ -95,19 +103,45 @@ func (t *Threads) Observe(tx store.Tx, before, after *requests.Request) error {
 		return err
 	}
 	if after.State.Terminal() && !before.State.Terminal() {
-		if err := t.Reply(tx, after, Outcome(after)); err != nil {
+		ps, err := t.ended(tx, after, surface, waiting)
+		if err != nil {
 			return err
 		}
+		return EnqueueAll(tx, ps)
 	}
 	if StatusLine(before, waiting) != StatusLine(after, waiting) || before.Ask != after.Ask {
 		x, err := t.extraTx(tx, after, waiting)
 		if err != nil {
 			return err
 		}
-		return Enqueue(tx, Effect{Op: OpUpdate, Request: id, Surface: surface,
-			Ref: ParentRef(id), Message: ParentWith(after, x)})
+		return Enqueue(tx, parentUpdate(after, surface, x))
 	}
 	return nil
+}
+
+// parentUpdate is the edit of r's parent to show r as it is now.
+func parentUpdate(r *requests.Request, surface string, x Extra) Effect {
+	id := r.ID.String()
+	return Effect{Op: OpUpdate, Request: id, Surface: surface, Ref: ParentRef(id), Message: ParentWith(r, x)}
+}
+
+// ended prepares the effects of r's ending on its thread (on surface), in
+// order: the outcome, then the parent's final status (an ending always
+// changes it: no line of an ended request is one of a request under way).
+func (t *Threads) ended(tx store.Tx, r *requests.Request, surface, waiting string) ([]Prepared, error) {
+	x, err := t.extraTx(tx, r, waiting)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Prepared, 0, 2)
+	for _, e := range []Effect{{Op: OpReply, Request: r.ID.String(), Surface: surface, Message: Outcome(r)}, parentUpdate(r, surface, x)} {
+		p, err := Prepare(e)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // Reply queues m as a reply in r's thread.
@@ -138,7 +172,11 @@ func Enqueue(tx store.Tx, e Effect) error {
 type Prepared struct {
 	queue, coalesce string
 	payload         []byte
+	span            int // PrepareExpand
 }
+
+// Queue is the outbox queue (the thread) the effect goes to.
+func (p Prepared) Queue() string { return p.queue }
 
 // Prepare encodes e for EnqueueTx, as Enqueue does.
 func Prepare(e Effect) (Prepared, error) {
@@ -149,18 +187,34 @@ func Prepare(e Effect) (Prepared, error) {
 	if err != nil {
 		return Prepared{}, fmt.Errorf("threads: enqueue: %w", err)
 	}
-	p := Prepared{queue: e.Surface + "/" + e.Request, payload: payload}
+	p := Prepared{queue: queueOf(e.Surface, e.Request), payload: payload}
 	if e.Op == OpUpdate {
 		p.coalesce = e.Surface + "/" + e.Ref
 	}
 	return p, nil
 }
 
+// Queue is the outbox queue (the thread) of e.
+func (e Effect) Queue() string { return queueOf(e.Surface, e.Request) }
+
+// queueOf is the outbox queue of request's thread on surface.
+func queueOf(surface, request string) string { return surface + "/" + request }
+
+// EnqueueAll enqueues prepared effects in order.
+func EnqueueAll(tx store.Tx, ps []Prepared) error {
+	for _, p := range ps {
+		if err := p.EnqueueTx(tx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // EnqueueTx appends the prepared effect to the outbox.
 func (p Prepared) EnqueueTx(tx store.Tx) error {
 	// Created is wall time (not a clock.Clock: Enqueue has none), for the
 	// delivery latency metric only.
-	return store.Enqueue(tx, &store.Effect{Queue: p.queue, Coalesce: p.coalesce, Payload: p.payload, Created: time.Now().UTC()})
+	return store.Enqueue(tx, &store.Effect{Queue: p.queue, Coalesce: p.coalesce, Payload: p.payload, Created: time.Now().UTC(), Span: p.span})
 }
 
 // ThreadRef returns the recorded thread of request id on surface.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -33,6 +34,7 @@ func Run(t *testing.T, open Opener) {
 		{"Sequences", testSequences},
 		{"Timers", testTimers},
 		{"Outbox", testOutbox},
+		{"OutboxExpand", testOutboxExpand},
 		{"Dedupe", testDedupe},
 		{"Durable", testDurable},
 	}
@@ -448,6 +450,82 @@ func testOutbox(t *testing.T, open func() store.Store) {
 		}
 		return nil
 	})
+}
+
+// An effect that stands for others (a Span) is expanded in its place: the
+// effects enqueued after it stay after its parts, whose coalesce keys drop
+// older effects and yield to newer ones.
+func testOutboxExpand(t *testing.T, open func() store.Store) {
+	s := mustOpen(t, open)
+	add := func(e store.Effect) uint64 {
+		update(t, s, func(tx store.Tx) error { return store.Enqueue(tx, &e) })
+		return e.Seq
+	}
+	payloads := func() string {
+		var got []string
+		view(t, s, func(tx store.Tx) error {
+			pending, err := store.PendingEffects(tx, 0)
+			for _, e := range pending {
+				got = append(got, e.Queue+":"+string(e.Payload))
+			}
+			return err
+		})
+		return strings.Join(got, " ")
+	}
+	add(store.Effect{Queue: "R1", Coalesce: "card", Payload: []byte(`"card1"`)})
+	created := time.Date(2026, 12, 1, 17, 0, 0, 0, time.UTC)
+	seq := add(store.Effect{Queue: "R1", Payload: []byte(`"three"`), Span: 4, Created: created})
+	add(store.Effect{Queue: "R2", Payload: []byte(`"other"`)})
+	add(store.Effect{Queue: "R1", Coalesce: "parent", Payload: []byte(`"parent2"`)})
+	next := add(store.Effect{Queue: "R1", Payload: []byte(`"after"`)})
+	if next != seq+4+2 {
+		t.Fatalf("seq after a span of 4 = %d, want %d (the span reserved)", next, seq+6)
+	}
+	var e store.Effect
+	view(t, s, func(tx store.Tx) error {
+		var err error
+		e, err = store.GetEffect(tx, seq)
+		return err
+	})
+	if e.Span != 4 || !e.Created.Equal(created) {
+		t.Fatalf("stored effect = %+v, want its span and creation time", e)
+	}
+	parts := []store.Effect{
+		{Queue: "R1", Coalesce: "card", Payload: []byte(`"card2"`)},     // drops card1
+		{Queue: "R1", Payload: []byte(`"outcome"`)},                     //
+		{Queue: "R1", Coalesce: "parent", Payload: []byte(`"parent1"`)}, // parent2 came after: it wins
+	}
+	if err := s.Update(context.Background(), func(tx store.Tx) error {
+		return store.ExpandEffect(tx, store.Effect{Seq: seq, Span: 2, Queue: "R1"}, parts)
+	}); err == nil {
+		t.Fatal("3 effects expanded in a span of 2")
+	}
+	if got := payloads(); !strings.Contains(got, `R1:"three"`) {
+		t.Fatalf("a refused expansion changed the outbox: %s", got)
+	}
+	update(t, s, func(tx store.Tx) error { return store.ExpandEffect(tx, e, parts) })
+	want := `R1:"card2" R1:"outcome" R2:"other" R1:"parent2" R1:"after"`
+	if got := payloads(); got != want {
+		t.Fatalf("after the expansion, pending = %s\nwant %s", got, want)
+	}
+	view(t, s, func(tx store.Tx) error {
+		p, err := store.GetEffect(tx, seq+1)
+		if err != nil || string(p.Payload) != `"outcome"` || !p.Created.Equal(created) || p.Span != 0 {
+			t.Errorf("part 2 = %+v, %v: want it under seq+1, created when the effect was", p, err)
+		}
+		return nil
+	})
+	update(t, s, func(tx store.Tx) error {
+		if err := store.ExpandEffect(tx, e, parts); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("expanding it again = %v, want ErrNotFound", err)
+		}
+		return nil
+	})
+	// The coalesce key now names card2: a newer card drops it.
+	add(store.Effect{Queue: "R1", Coalesce: "card", Payload: []byte(`"card3"`)})
+	if got := payloads(); strings.Contains(got, "card2") || !strings.Contains(got, "card3") {
+		t.Fatalf("pending = %s: card3 should have replaced card2", got)
+	}
 }
 
 func testDedupe(t *testing.T, open func() store.Store) {
