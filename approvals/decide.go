@@ -222,13 +222,8 @@ func (s *Service) refuseOutside(ctx context.Context, requestID, actor, surface, 
 // Due returns up to limit approval timers due at now, earliest first, read
 // from the store's expiry index (never a scan of all approvals). It and
 // Expire make the Service a ttl.Expirer.
-func (s *Service) Due(ctx context.Context, now time.Time, limit int) ([]store.Timer, error) {
-	var due []store.Timer
-	err := s.store.View(ctx, func(tx store.Tx) error {
-		var err error
-		due, err = store.DueTimers(tx, TimerKind, now, limit)
-		return err
-	})
+func (s *Service) Due(ctx context.Context, now time.Time, after store.Timer, limit int) ([]store.Timer, error) {
+	due, err := store.Due(ctx, s.store, TimerKind, now, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("approvals: due: %w", err)
 	}

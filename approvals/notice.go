@@ -130,13 +130,8 @@ func (s *Service) Notices() *Notices { return &Notices{s: s} }
 type Notices struct{ s *Service }
 
 // Due returns up to limit notice timers due at now, earliest first.
-func (n *Notices) Due(ctx context.Context, now time.Time, limit int) ([]store.Timer, error) {
-	var due []store.Timer
-	err := n.s.store.View(ctx, func(tx store.Tx) error {
-		var err error
-		due, err = store.DueTimers(tx, NoticeKind, now, limit)
-		return err
-	})
+func (n *Notices) Due(ctx context.Context, now time.Time, after store.Timer, limit int) ([]store.Timer, error) {
+	due, err := store.Due(ctx, n.s.store, NoticeKind, now, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("approvals: due notices: %w", err)
 	}

@@ -500,13 +500,8 @@ func (s *Service) cancelTx(tx store.Tx, rb *requests.Request, reason string) err
 }
 
 // Due returns up to limit rendezvous timeouts due at now (ttl.Expirer).
-func (s *Service) Due(ctx context.Context, now time.Time, limit int) ([]store.Timer, error) {
-	var due []store.Timer
-	err := s.svc.Store().View(ctx, func(tx store.Tx) error {
-		var err error
-		due, err = store.DueTimers(tx, TimerKind, now, limit)
-		return err
-	})
+func (s *Service) Due(ctx context.Context, now time.Time, after store.Timer, limit int) ([]store.Timer, error) {
+	due, err := store.Due(ctx, s.svc.Store(), TimerKind, now, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("delegation: due: %w", err)
 	}

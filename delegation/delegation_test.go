@@ -651,7 +651,7 @@ func TestRendezvousTimeout(t *testing.T) {
 	// Answered in time: the timer goes with the rendezvous.
 	ra2 := e.ask("coder", "ask reviewer echo fine")
 	e.waitState(ra2.ID, requests.Done)
-	if due, err := e.del.Due(e.ctx, time.Now().Add(3*time.Hour), 0); err != nil || len(due) != 0 {
+	if due, err := e.del.Due(e.ctx, time.Now().Add(3*time.Hour), store.Timer{}, 0); err != nil || len(due) != 0 {
 		t.Errorf("timers left: %v %v", due, err)
 	}
 }

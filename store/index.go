@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -107,8 +108,19 @@ func RemoveTimer(tx Tx, kind string, due time.Time, id string) error {
 // DueTimers returns up to limit timers of kind due at or before now, earliest
 // first. It reads only the due key range, never the whole index.
 func DueTimers(tx Tx, kind string, now time.Time, limit int) ([]Timer, error) {
+	return DueTimersAfter(tx, kind, now, Timer{}, limit)
+}
+
+// DueTimersAfter is DueTimers from the timer that follows after on (the
+// zero Timer: from the first): a sweep reads the due range a page at a
+// time while it expires the pages before.
+func DueTimersAfter(tx Tx, kind string, now time.Time, after Timer, limit int) ([]Timer, error) {
 	from := kind + "/"
-	to := fmt.Sprintf("%s/%013d0", kind, now.UnixMilli()) // '0' > '/': includes ms == now
+	if after.ID != "" {
+		from = timerKey(kind, after.Due, after.ID) + "\x00" // the first key after it
+	}
+	to := timerKey(kind, now, "")
+	to = to[:len(to)-1] + "0" // "kind/<ms>0" > "kind/<ms>/…": includes ms == now
 	var out []Timer
 	err := tx.Scan(bucketTimers, from, to, func(k string, _ []byte) error {
 		t, err := parseTimerKey(kind, k)
@@ -122,6 +134,17 @@ func DueTimers(tx Tx, kind string, now time.Time, limit int) ([]Timer, error) {
 		return nil
 	})
 	return out, err
+}
+
+// Due reads DueTimersAfter in a read transaction of s.
+func Due(ctx context.Context, s Store, kind string, now time.Time, after Timer, limit int) ([]Timer, error) {
+	var due []Timer
+	err := s.View(ctx, func(tx Tx) error {
+		var err error
+		due, err = DueTimersAfter(tx, kind, now, after, limit)
+		return err
+	})
+	return due, err
 }
 
 // NextTimer returns the earliest timer of kind, and false if there is none.

@@ -24,9 +24,10 @@ import (
 // Expirer is something with an expiry index: approvals (open questions
 // among them) and, with a rendezvous timeout, delegation.
 type Expirer interface {
-	// Due returns up to limit timers due at now, earliest first, reading the
-	// due range of the expiry index only.
-	Due(ctx context.Context, now time.Time, limit int) ([]store.Timer, error)
+	// Due returns up to limit timers due at now that come after after (the
+	// zero Timer: from the first), earliest first, reading the due range of
+	// the expiry index only.
+	Due(ctx context.Context, now time.Time, after store.Timer, limit int) ([]store.Timer, error)
 	// Expire expires the item of t if it is still waiting and due at now,
 	// in one transaction, and reports whether it did; an item settled
 	// meanwhile is not expired (and its timer is dropped).
@@ -256,11 +257,9 @@ func (s *Sweeper) sweep(ctx context.Context, e Expirer, now time.Time, res *Resu
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	seen := map[string]bool{} // handled in this sweep: never tried twice
 	var firstErr error
 	var mu sync.Mutex
 	note := func(t store.Timer, ok bool, err error) { // with mu held
-		seen[t.ID] = true
 		switch {
 		case err != nil:
 			res.Failed++
@@ -279,26 +278,41 @@ func (s *Sweeper) sweep(ctx context.Context, e Expirer, now time.Time, res *Resu
 			res.Skipped++
 		}
 	}
+	// The pages are read one after the other, each from the timer that
+	// ends the one before (each timer is tried once), while the pages
+	// before are being expired: the store's writer is never left waiting
+	// for a page's last commit before the next page is read and prepared.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sem := make(chan struct{}, s.o.Parallel)
+	var after store.Timer
+	seen := map[string]bool{}
 	for ctx.Err() == nil {
-		due, err := e.Due(ctx, now, s.o.Page)
+		due, err := e.Due(ctx, now, after, s.o.Page)
 		if err != nil {
+			wg.Wait()
 			return err
 		}
-		var todo []store.Timer
+		if len(due) == 0 {
+			break
+		}
+		after = due[len(due)-1]
+		// An item whose timer moved on to a later time still due (a
+		// notice's next one) is found again: tried once a sweep all the same.
+		todo := due[:0:0]
 		for _, t := range due {
 			if !seen[t.ID] {
+				seen[t.ID] = true
 				todo = append(todo, t)
 			}
 		}
-		if len(todo) == 0 {
-			break
-		}
+		mu.Lock()
 		res.Due += len(todo)
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, s.o.Parallel)
+		mu.Unlock()
 		for _, b := range s.batches(e, todo) {
 			sem <- struct{}{}
 			if ctx.Err() != nil {
+				<-sem
 				break
 			}
 			wg.Go(func() {
@@ -306,11 +320,11 @@ func (s *Sweeper) sweep(ctx context.Context, e Expirer, now time.Time, res *Resu
 				s.expire(ctx, e, b, now, &mu, note)
 			})
 		}
-		wg.Wait()
 		if len(due) < s.o.Page {
 			break
 		}
 	}
+	wg.Wait()
 	if firstErr == nil {
 		firstErr = parent.Err()
 	}

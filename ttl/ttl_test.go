@@ -3,6 +3,7 @@ package ttl_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,7 +35,7 @@ func newFake(n int, at time.Time) *fakeExpirer {
 	return f
 }
 
-func (f *fakeExpirer) Due(_ context.Context, now time.Time, limit int) ([]store.Timer, error) {
+func (f *fakeExpirer) Due(_ context.Context, now time.Time, after store.Timer, limit int) ([]store.Timer, error) {
 	f.calls.Add(1)
 	if f.panics.Load() > 0 {
 		f.panics.Add(-1)
@@ -44,9 +45,18 @@ func (f *fakeExpirer) Due(_ context.Context, now time.Time, limit int) ([]store.
 	defer f.mu.Unlock()
 	var out []store.Timer
 	for id, at := range f.due {
-		if !at.After(now) && len(out) < limit {
+		if !at.After(now) {
 			out = append(out, store.Timer{Kind: "fake", ID: id, Due: at})
 		}
+	}
+	// The expiry index's order: by due time, then ID; from after on.
+	key := func(t store.Timer) string { return t.Due.Format(time.RFC3339Nano) + "/" + t.ID }
+	slices.SortFunc(out, func(a, b store.Timer) int { return strings.Compare(key(a), key(b)) })
+	if after.ID != "" {
+		out = slices.DeleteFunc(out, func(t store.Timer) bool { return key(t) <= key(after) })
+	}
+	if limit > 0 {
+		out = out[:min(limit, len(out))]
 	}
 	return out, nil
 }

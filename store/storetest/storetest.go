@@ -366,6 +366,18 @@ func testTimers(t *testing.T, open func() store.Store) {
 		if len(due) != 0 {
 			t.Errorf("nothing due yet, got %v", ids(due))
 		}
+		// Page by page: each page from the timer that ended the one before.
+		var pages []string
+		for after := (store.Timer{}); ; {
+			page, err := store.DueTimersAfter(tx, "approval", base.Add(4*time.Second), after, 2)
+			if err != nil || len(page) == 0 {
+				break
+			}
+			pages, after = append(pages, fmt.Sprint(ids(page))), page[len(page)-1]
+		}
+		if got := fmt.Sprint(pages); got != "[[a0 a1] [a2 a3] [a4]]" {
+			t.Errorf("pages of 2 due at +4s = %s, want [[a0 a1] [a2 a3] [a4]]", got)
+		}
 		next, ok, err := store.NextTimer(tx, "approval")
 		if err != nil || !ok || next.ID != "a0" {
 			t.Errorf("NextTimer = %v %v %v", next, ok, err)
