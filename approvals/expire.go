@@ -92,7 +92,10 @@ func (s *Service) prepareExpiry(tx store.Tx, t store.Timer, now time.Time) ([]by
 		return nil, nil
 	}
 	if a.Kind == KindRequest {
-		st.request, _ = s.svc.ReadTx(tx, a.RequestID) // none: read again in the write
+		rd, err := s.svc.ReadTx(tx, a.RequestID) // none: read again in the write
+		if err == nil {
+			st.request = s.svc.PrepareChange(rd, expiryChange(st))
+		}
 	}
 	return b, st
 }
@@ -212,15 +215,8 @@ func (s *Service) expireTx(tx store.Tx, st *settlement) (*Approval, error) {
 	if err != nil {
 		return nil, err
 	}
-	detail := "approval " + a.ID + ": nobody decided within " + Duration(a.TTL)
 	if a.Kind == KindRequest {
-		reason := "not approved within " + Duration(a.TTL)
-		c := requests.Change{Event: requests.Expire, Actor: ActorTTL,
-			Detail: detail, Mutate: func(r *requests.Request) { r.Reason = reason }}
-		if st.deferred != "" {
-			c.Skip = []string{threads.ObserverName} // EndedTx, at the expansion
-		}
-		r, err := s.svc.ApplyReadTx(tx, a.RequestID, st.request, c)
+		r, err := s.svc.ApplyReadTx(tx, a.RequestID, st.request, expiryChange(st))
 		if err == nil {
 			err = s.enqueueExpiredTx(tx, st, r)
 		}
@@ -233,7 +229,7 @@ func (s *Service) expireTx(tx store.Tx, st *settlement) (*Approval, error) {
 			return nil, err
 		}
 	}
-	action := "expire"
+	detail, action := expiryDetail(a), "expire"
 	if a.Kind != KindRequest {
 		who := "decided"
 		if a.Kind == KindQuestion {
@@ -246,6 +242,23 @@ func (s *Service) expireTx(tx store.Tx, st *settlement) (*Approval, error) {
 		Time: after.DecidedAt, RequestID: a.RequestID.String(), Actor: ActorTTL, Action: action,
 		From: string(Pending), To: string(Expired), Detail: detail,
 	})
+}
+
+// expiryChange is the change st makes to the request of a request's
+// approval.
+func expiryChange(st *settlement) requests.Change {
+	reason := "not approved within " + Duration(st.before.TTL)
+	c := requests.Change{Event: requests.Expire, Actor: ActorTTL,
+		Detail: expiryDetail(st.before), Mutate: func(r *requests.Request) { r.Reason = reason }}
+	if st.deferred != "" {
+		c.Skip = []string{threads.ObserverName} // EndedTx, at the expansion
+	}
+	return c
+}
+
+// expiryDetail is the audit detail of a's expiry.
+func expiryDetail(a *Approval) string {
+	return "approval " + a.ID + ": nobody decided within " + Duration(a.TTL)
 }
 
 // enqueueExpiredTx queues, after st expired request r, the retry offer

@@ -183,7 +183,7 @@ func (s *Service) createTx(tx store.Tx, a Ask, refs []ID, inherit bool) (*Reques
 	if a.Approved || s.owners[a.User] {
 		r.State = Approved
 	}
-	if err := s.write(tx, nil, r); err != nil {
+	if err := s.write(tx, nil, r, nil); err != nil {
 		return nil, err
 	}
 	detail := clip.Text(a.Text, 200, clip.Bytes)
@@ -203,7 +203,7 @@ func (s *Service) createTx(tx store.Tx, a Ask, refs []ID, inherit bool) (*Reques
 }
 
 // write stores r and keeps the indexes in step with its state.
-func (s *Service) write(tx store.Tx, before, r *Request) error {
+func (s *Service) write(tx store.Tx, before, r *Request, encoded []byte) error {
 	k := s.key(r.ID)
 	if before != nil {
 		if err := tx.Delete(bucketByState, before.State.String()+"/"+k); err != nil {
@@ -244,7 +244,13 @@ func (s *Service) write(tx store.Tx, before, r *Request) error {
 			return err
 		}
 	}
-	if err := store.PutJSON(tx, bucketRequests, k, r); err != nil {
+	if encoded == nil { // else r's JSON, encoded ahead (PrepareChange)
+		var err error
+		if encoded, err = json.Marshal(r); err != nil {
+			return fmt.Errorf("requests: write %s: %w", r.ID, err)
+		}
+	}
+	if err := tx.Put(bucketRequests, k, encoded); err != nil {
 		return fmt.Errorf("requests: write %s: %w", r.ID, err)
 	}
 	tx.Notify(TopicRequests)
@@ -273,8 +279,9 @@ func (s *Service) GetTx(tx store.Tx, id ID) (*Request, error) {
 // transaction's ApplyReadTx: the sweeper reads and decodes outside the
 // store's single writer, which then decodes again only what changed.
 type Read struct {
-	raw []byte
-	r   *Request
+	raw    []byte
+	r      *Request
+	change *preparedChange // PrepareChange
 }
 
 // ReadTx reads request id, for ApplyReadTx.
@@ -294,7 +301,7 @@ func (s *Service) readTx(tx store.Tx, id ID, hint Read) (Read, error) {
 	}
 	if hint.r != nil && hint.r.ID == id && bytes.Equal(b, hint.raw) {
 		r := *hint.r // a copy: a transaction may run again
-		return Read{raw: b, r: &r}, nil
+		return Read{raw: b, r: &r, change: hint.change}, nil
 	}
 	var r Request
 	if err := json.Unmarshal(b, &r); err != nil {
@@ -338,36 +345,23 @@ func (s *Service) ApplyTx(tx store.Tx, id ID, c Change) (*Request, error) {
 
 // ApplyReadTx is ApplyTx given hint, request id as an earlier transaction
 // read it (ReadTx; zero: none): the request is decoded again only if it
-// changed since.
+// changed since, and the change hint prepared (PrepareChange) is applied as
+// it was computed.
 func (s *Service) ApplyReadTx(tx store.Tx, id ID, hint Read, c Change) (*Request, error) {
 	rd, err := s.readTx(tx, id, hint)
 	if err != nil {
 		return nil, err
 	}
 	before := rd.r
-	next, err := Next(before.State, c.Event)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", id, err)
+	after, enc, now := rd.prepared(c.Event)
+	if after == nil {
+		now = s.clock.Now().UTC()
+		if after, err = transition(before, c, now); err != nil {
+			return nil, err
+		}
 	}
-	now := s.clock.Now().UTC()
-	after := *before
-	after.References = append([]ID(nil), before.References...)
-	after.State = next
-	after.Updated = now
-	after.Version++
-	switch {
-	case c.Event == Start:
-		after.StartedAt = now
-	case next.Terminal():
-		after.EndedAt = now
-	}
-	if c.Mutate != nil {
-		c.Mutate(&after)
-		// Mutate edits the record, not the transition: the state, version
-		// and identity stay what the event and the key say.
-		after.ID, after.Owner, after.State, after.Version = before.ID, before.Owner, next, before.Version+1
-	}
-	if err := s.write(tx, before, &after); err != nil {
+	next := after.State
+	if err := s.write(tx, before, after, enc); err != nil {
 		return nil, err
 	}
 	if err := audit.Append(tx, audit.Record{
@@ -376,10 +370,10 @@ func (s *Service) ApplyReadTx(tx store.Tx, id ID, hint Read, c Change) (*Request
 	}); err != nil {
 		return nil, err
 	}
-	if err := s.observe(tx, before, &after, c.Skip); err != nil {
+	if err := s.observe(tx, before, after, c.Skip); err != nil {
 		return nil, err
 	}
-	return &after, nil
+	return after, nil
 }
 
 // observe tells the observers (but those skip names) of a change.
@@ -407,7 +401,7 @@ func (s *Service) UpdateTx(tx store.Tx, id ID, actor, action, detail string, mut
 	mutate(&after)
 	after.ID, after.Owner, after.State, after.Version = before.ID, before.Owner, before.State, before.Version+1
 	after.Updated = s.clock.Now().UTC()
-	if err := s.write(tx, before, &after); err != nil {
+	if err := s.write(tx, before, &after, nil); err != nil {
 		return nil, err
 	}
 	if action != "" {
