@@ -32,6 +32,7 @@ func Run(t *testing.T, open Opener) {
 		{"FailedCallDoesNotSpoilOthers", testFailedCallIsolated},
 		{"Notify", testNotify},
 		{"Sequences", testSequences},
+		{"SequencesShareCommits", testSequencesShareCommits},
 		{"Timers", testTimers},
 		{"Outbox", testOutbox},
 		{"OutboxExpand", testOutboxExpand},
@@ -334,6 +335,59 @@ func testSequences(t *testing.T, open func() store.Store) {
 		}
 		return nil
 	})
+}
+
+// Concurrent numbers share commits, some of whose calls fail: the calls
+// that committed hold every number from 1 to the counter once each, and a
+// failed call's numbers are given to none.
+func testSequencesShareCommits(t *testing.T, open func() store.Store) {
+	s := mustOpen(t, open)
+	const n = 64
+	boom := errors.New("boom")
+	got := make([]uint64, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			err := s.Update(context.Background(), func(tx store.Tx) error {
+				a, err := store.NextSeq(tx, "shared")
+				if err != nil {
+					return err
+				}
+				if _, err := store.NextSeq(tx, "other"); err != nil {
+					return err
+				}
+				if i%3 == 0 {
+					return boom
+				}
+				got[i] = a
+				return tx.Put("seqs", fmt.Sprintf("%03d", i), nil)
+			})
+			if err != nil && !errors.Is(err, boom) {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	seen := map[uint64]bool{}
+	for i, a := range got {
+		if i%3 != 0 && (a == 0 || seen[a]) {
+			t.Fatalf("call %d got number %d (numbers so far %v)", i, a, seen)
+		}
+		seen[a] = true
+	}
+	view(t, s, func(tx store.Tx) error {
+		for _, name := range []string{"shared", "other"} {
+			if last, _ := store.Seq(tx, name); last != uint64(n-(n+2)/3) {
+				t.Errorf("counter %s = %d, want %d: one a committed call", name, last, n-(n+2)/3)
+			}
+		}
+		return nil
+	})
+	for a := uint64(1); a <= uint64(n-(n+2)/3); a++ {
+		if !seen[a] {
+			t.Errorf("number %d given to no committed call", a)
+		}
+	}
 }
 
 func testTimers(t *testing.T, open func() store.Store) {
