@@ -332,7 +332,9 @@ func (s *Service) expiredTx(tx store.Tx, a *Approval, r *requests.Request, q str
 	if err != nil {
 		return nil, err
 	}
-	return slices.Concat(slices.DeleteFunc(cards, elsewhere(q)), ended, slices.DeleteFunc(retry, elsewhere(q))), nil
+	// All in q: r's thread moved elsewhere since (a changed configuration)
+	// has no outcome there, as an expiry rendered at once would not.
+	return slices.Concat(slices.DeleteFunc(cards, elsewhere(q)), slices.DeleteFunc(ended, elsewhere(q)), slices.DeleteFunc(retry, elsewhere(q))), nil
 }
 
 // elsewhere tells whether an effect goes to a queue other than q.

@@ -286,7 +286,7 @@ func (c *storeCollector) collectStore(ctx context.Context, ch chan<- prometheus.
 		}
 		for _, e := range effects {
 			surface, _, _ := strings.Cut(e.Queue, "/")
-			depth[surface]++
+			depth[surface] += int64(max(e.Span, 1)) // an effect expanded at delivery counts as those it stands for
 		}
 		return nil
 	})
