@@ -3,6 +3,7 @@ package approvals
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/roombridge/roombridge/chat"
@@ -78,11 +79,13 @@ func settleExcept(a *Approval, to State, by, surface, reason string, now time.Ti
 	if err != nil {
 		return nil, fmt.Errorf("approvals: encode %s: %w", a.ID, err)
 	}
-	cards, err := prepareCardsExcept(&after, Card(&after), except)
-	if err != nil {
-		return nil, err
+	st := &settlement{before: a, after: &after, encoded: enc}
+	if slices.ContainsFunc(after.Copies, func(c Copy) bool { return except == "" || c.queue() != except }) {
+		if st.cards, err = prepareCardsExcept(&after, Card(&after), except); err != nil {
+			return nil, err
+		}
 	}
-	return &settlement{before: a, after: &after, encoded: enc, cards: cards}, nil
+	return st, nil
 }
 
 // applyTx writes the settlement, with every copy of the card updated.

@@ -95,23 +95,33 @@ func (id *ID) UnmarshalText(b []byte) error {
 }
 
 var (
-	fullRE  = regexp.MustCompile(`^R([0-9]{8})-([0-9]{2,9})$`)
 	shortRE = regexp.MustCompile(`^R-([0-9]{2,9})$`)
 	// mentionRE finds IDs, full or short, inside free text.
 	mentionRE = regexp.MustCompile(`\bR(?:[0-9]{8})?-[0-9]{2,9}\b`)
 )
 
-// ParseID parses the full canonical form (R20261129-07).
+// ParseID parses the full canonical form (R20261129-07): R, eight digits
+// (a day), a dash, two to nine digits (the counter, without extra leading
+// zeros). It reads them by hand: every stored record's IDs go through it.
 func ParseID(s string) (ID, error) {
-	m := fullRE.FindStringSubmatch(s)
-	if m == nil {
+	if len(s) < 12 || len(s) > 19 || s[0] != 'R' || s[9] != '-' || !allDigits(s[1:9]) || !allDigits(s[10:]) {
 		return ID{}, fmt.Errorf("%w: %q (want R<yyyymmdd>-<nn>, e.g. R20261129-07)", ErrBadID, s)
 	}
-	day, _ := strconv.Atoi(m[1])
-	if _, err := time.Parse("20060102", m[1]); err != nil {
+	day, _ := strconv.Atoi(s[1:9])
+	if _, err := time.Parse("20060102", s[1:9]); err != nil {
 		return ID{}, fmt.Errorf("%w: %q: no such day", ErrBadID, s)
 	}
-	return counter(s, day, m[2])
+	return counter(s, day, s[10:])
+}
+
+// allDigits tells whether s is all ASCII digits.
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // ParseRef parses the full form or the short form R-07, which means that
@@ -126,7 +136,7 @@ func ParseRef(s string, today time.Time) (ID, error) {
 func counter(s string, day int, digits string) (ID, error) {
 	n, _ := strconv.Atoi(digits)
 	id := ID{day: day, n: n}
-	if n == 0 || fmt.Sprintf("%02d", n) != digits {
+	if n == 0 || (len(digits) > 2 && digits[0] == '0') { // as %02d writes it: no extra leading zeros
 		return ID{}, fmt.Errorf("%w: %q (counter must be 01 or more, without extra leading zeros)", ErrBadID, s)
 	}
 	return id, nil

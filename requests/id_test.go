@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -279,4 +281,37 @@ func TestIDIsWhatFmtWrote(t *testing.T) {
 			}
 		}
 	}
+}
+
+// ParseID reads by hand what the regexp ^R([0-9]{8})-([0-9]{2,9})$ with a
+// real day and a counter as %02d writes it accepted: the same IDs, the
+// same values, for strings made of the characters an ID has.
+func TestParseIDIsTheRegexp(t *testing.T) {
+	full := regexp.MustCompile(`^R([0-9]{8})-([0-9]{2,9})$`)
+	old := func(s string) (string, bool) {
+		m := full.FindStringSubmatch(s)
+		if m == nil {
+			return "", false
+		}
+		if _, err := time.Parse("20060102", m[1]); err != nil {
+			return "", false
+		}
+		n, _ := strconv.Atoi(m[2])
+		if n == 0 || fmt.Sprintf("%02d", n) != m[2] {
+			return "", false
+		}
+		return fmt.Sprintf("R%s-%02d", m[1], n), true
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		s := rapid.OneOf(
+			rapid.StringMatching(`R[0-9]{6,10}-[0-9]{0,11}`),
+			rapid.StringMatching(`R(19|20|99|00)[0-9]{2}(0[0-9]|1[0-3])[0-3][0-9]-0?[0-9]{1,9}`),
+			rapid.StringOfN(rapid.RuneFrom([]rune("R-0123456789x é")), 0, 22, -1),
+		).Draw(t, "s")
+		want, ok := old(s)
+		id, err := requests.ParseID(s)
+		if ok != (err == nil) || (ok && id.String() != want) {
+			t.Fatalf("ParseID(%q) = %v, %v; the regexp said %q, %v", s, id, err, want, ok)
+		}
+	})
 }
