@@ -220,7 +220,7 @@ func (s *Service) expireTx(tx store.Tx, st *settlement) (*Approval, error) {
 		if err == nil {
 			err = s.enqueueExpiredTx(tx, st, r)
 		}
-		if !errors.Is(err, requests.ErrIllegalTransition) {
+		if !requests.Refused(err, a.RequestID) {
 			return after, err // expired with its request (the request's record is the audit record)
 		}
 		// The request left pending some other way (ApplyTx refuses before
@@ -272,7 +272,9 @@ func (s *Service) enqueueExpiredTx(tx store.Tx, st *settlement, r *requests.Requ
 	if s.threads.EndedQueue(r) == st.deferred {
 		return st.expand.EnqueueTx(tx)
 	}
-	ps, err := s.expiredTx(tx, st.after, r, st.deferred)
+	// Rendered now: the copies in the card's thread, and r's ending in r's
+	// thread, as its observer (skipped) would have queued it.
+	ps, err := s.expiredTx(tx, st.after, r, st.deferred, "")
 	if err != nil {
 		return err
 	}
@@ -313,28 +315,33 @@ func (s *Service) expandExpiredTx(tx store.Tx, e threads.Effect) ([]threads.Prep
 	if err != nil {
 		return nil, err
 	}
-	return s.expiredTx(tx, a, r, e.Queue())
+	return s.expiredTx(tx, a, r, e.Queue(), e.Surface)
 }
 
 // expiredTx renders the effects of expired approval a and its request r in
 // thread queue q, in the order an expiry rendering them at once queues them:
-// the card's copies there, r's ending (threads.EndedTx), the retry offer.
-func (s *Service) expiredTx(tx store.Tx, a *Approval, r *requests.Request, q string) ([]threads.Prepared, error) {
+// the card's copies there, r's ending (threads.EndedTx) on surface (""
+// where the configuration places r's thread: none, no ending), the retry
+// offer.
+func (s *Service) expiredTx(tx store.Tx, a *Approval, r *requests.Request, q, surface string) ([]threads.Prepared, error) {
 	cards, err := prepareCards(a, Card(a))
 	if err != nil {
 		return nil, err
 	}
-	ended, err := s.threads.EndedTx(tx, r)
-	if err != nil {
-		return nil, err
+	var ended []threads.Prepared
+	if surface == "" {
+		surface, _, _ = s.threads.Place(r)
+	}
+	if surface != "" {
+		if ended, err = s.threads.EndedTx(tx, r, surface); err != nil {
+			return nil, err
+		}
 	}
 	retry, err := prepareRetry(a, "")
 	if err != nil {
 		return nil, err
 	}
-	// All in q: r's thread moved elsewhere since (a changed configuration)
-	// has no outcome there, as an expiry rendered at once would not.
-	return slices.Concat(slices.DeleteFunc(cards, elsewhere(q)), slices.DeleteFunc(ended, elsewhere(q)), slices.DeleteFunc(retry, elsewhere(q))), nil
+	return slices.Concat(slices.DeleteFunc(cards, elsewhere(q)), ended, slices.DeleteFunc(retry, elsewhere(q))), nil
 }
 
 // elsewhere tells whether an effect goes to a queue other than q.

@@ -2,25 +2,28 @@ package requests
 
 import (
 	"encoding/json"
-	"fmt"
+	"errors"
 	"time"
 )
 
 // preparedChange is a change computed and encoded ahead of the transaction
 // that applies it (PrepareChange).
 type preparedChange struct {
-	event   Event
-	after   *Request
-	encoded []byte
-	at      time.Time
+	event         Event
+	actor, detail string
+	after         *Request
+	encoded       []byte
+	at            time.Time
 }
 
 // PrepareChange computes c on the request rd read, and encodes the result,
-// ahead of the write transaction: ApplyReadTx(tx, id, rd, c), with the same
-// c, then uses them while the request is still what rd read (the sweeper
-// prepares its expiries off the store's single writer). The change takes
-// the time of its preparation. A change that cannot apply is not prepared
-// (ApplyReadTx refuses it as it would have).
+// ahead of the write transaction: ApplyReadTx(tx, id, rd, c) then uses
+// them while the request is still what rd read (the sweeper prepares its
+// expiries off the store's single writer). It must be given the same c
+// (its event, actor and detail are checked; its Mutate cannot be: a change
+// with other edits must not be given rd). The change takes the time of its
+// preparation. A change that cannot apply is not prepared (ApplyReadTx
+// refuses it as it would have).
 func (s *Service) PrepareChange(rd Read, c Change) Read {
 	if rd.r == nil {
 		return rd
@@ -34,15 +37,15 @@ func (s *Service) PrepareChange(rd Read, c Change) Read {
 	if err != nil {
 		return rd
 	}
-	rd.change = &preparedChange{event: c.Event, after: after, encoded: enc, at: now}
+	rd.change = &preparedChange{event: c.Event, actor: c.Actor, detail: c.Detail, after: after, encoded: enc, at: now}
 	return rd
 }
 
-// prepared returns a copy of the request after the change prepared for
-// event, its encoding and time (nil: none prepared).
-func (rd Read) prepared(event Event) (*Request, []byte, time.Time) {
+// prepared returns a copy of the request after the change prepared as c,
+// its encoding and time (nil: none prepared).
+func (rd Read) prepared(c Change) (*Request, []byte, time.Time) {
 	pc := rd.change
-	if pc == nil || pc.event != event {
+	if pc == nil || pc.event != c.Event || pc.actor != c.Actor || pc.detail != c.Detail {
 		return nil, nil, time.Time{}
 	}
 	after := *pc.after // a copy: a transaction may run again
@@ -50,12 +53,31 @@ func (rd Read) prepared(event Event) (*Request, []byte, time.Time) {
 	return &after, pc.encoded, pc.at
 }
 
+// RefusedError is a change refused before anything was written (an
+// illegal transition: it matches ErrIllegalTransition): the transaction is
+// as it was, for the caller to go on with. A refusal of another request's
+// change inside an observer is another ID's.
+type RefusedError struct {
+	ID  ID
+	Err error
+}
+
+func (e *RefusedError) Error() string { return e.ID.String() + ": " + e.Err.Error() }
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+// Refused tells whether err is the refusal of request id's change itself
+// (RefusedError), not an error of something the change did.
+func Refused(err error, id ID) bool {
+	var r *RefusedError
+	return errors.As(err, &r) && r.ID == id
+}
+
 // transition is before moved by c at now: its new state, times and
 // version, with c's edits.
 func transition(before *Request, c Change, now time.Time) (*Request, error) {
 	next, err := Next(before.State, c.Event)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", before.ID, err)
+		return nil, &RefusedError{ID: before.ID, Err: err}
 	}
 	after := *before
 	after.References = append([]ID(nil), before.References...)

@@ -353,7 +353,7 @@ func (s *Service) ApplyReadTx(tx store.Tx, id ID, hint Read, c Change) (*Request
 		return nil, err
 	}
 	before := rd.r
-	after, enc, now := rd.prepared(c.Event)
+	after, enc, now := rd.prepared(c)
 	if after == nil {
 		now = s.clock.Now().UTC()
 		if after, err = transition(before, c, now); err != nil {

@@ -19,6 +19,9 @@ var (
 	ErrTooLarge = errors.New("store: transaction too large")
 	// ErrFenced: this instance lost leadership; the write was refused.
 	ErrFenced = errors.New("store: fenced: this instance is no longer the leader")
+	// ErrExpanded: the effect ExpandEffect was to expand is no longer in
+	// the outbox as it was (delivered, or expanded already).
+	ErrExpanded = errors.New("store: effect expanded or delivered already")
 )
 
 // Transient reports whether err is a store condition that goes away by

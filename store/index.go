@@ -252,16 +252,18 @@ func coalesce(tx Tx, e *Effect) (kept bool, err error) {
 // works as Enqueue's, as if the part had been enqueued in e's place: it
 // drops an older effect of its key, and an effect of its key enqueued
 // since replaces the part. An e no longer in the outbox (delivered, or
-// expanded already) is ErrNotFound.
+// expanded already) is ErrExpanded.
 func ExpandEffect(tx Tx, e Effect, parts []Effect) error {
 	if len(parts) > max(e.Span, 1) {
 		return fmt.Errorf("store: expand effect %d: %d effects for a span of %d", e.Seq, len(parts), e.Span)
 	}
 	switch cur, err := GetEffect(tx, e.Seq); {
+	case errors.Is(err, ErrNotFound):
+		return fmt.Errorf("store: expand effect %d: %w", e.Seq, ErrExpanded)
 	case err != nil:
 		return err
 	case cur.Span == 0: // expanded already: its first part is there
-		return fmt.Errorf("store: expand effect %d: %w (expanded already)", e.Seq, ErrNotFound)
+		return fmt.Errorf("store: expand effect %d: %w", e.Seq, ErrExpanded)
 	}
 	if err := tx.Delete(bucketOutbox, outboxKey(e.Seq)); err != nil {
 		return err

@@ -35,7 +35,7 @@ func (t *Threads) SetExpander(kind string, x Expander) {
 // PrepareExpand prepares an OpExpand effect, of kind, for what ref names,
 // standing for up to span effects in request's thread on surface.
 func PrepareExpand(kind, ref, request, surface string, span int) (Prepared, error) {
-	p, err := Prepare(Effect{Op: OpExpand, Request: request, Surface: surface, Expand: kind, Ref: ref})
+	p, err := prepare(Effect{Op: OpExpand, Request: request, Surface: surface, Expand: kind, Ref: ref})
 	p.span = max(span, 1)
 	return p, err
 }
@@ -65,18 +65,15 @@ func (t *Threads) ExpandTx(tx store.Tx, se store.Effect) error {
 	return store.ExpandEffect(tx, se, parts)
 }
 
-// EndedEffects is how many effects EndedTx prepares for a request with a
-// thread.
+// EndedEffects is how many effects EndedTx prepares (TestEndedEffects).
 const EndedEffects = 2
 
-// EndedTx prepares the effects of request r's ending on its thread, as
-// Observe enqueues them when r ends: its outcome, then its parent's final
-// status (none when r has no thread). An expander renders them.
-func (t *Threads) EndedTx(tx store.Tx, r *requests.Request) ([]Prepared, error) {
-	surface, _, ok := t.Place(r)
-	if !ok {
-		return nil, nil
-	}
+// EndedTx prepares the effects of request r's ending on its thread on
+// surface, as Observe enqueues them when r ends: its outcome, then its
+// parent's final status. An expander renders them, on the surface of the
+// effect it expands: the thread it was queued for, wherever the room's
+// configuration places r's thread now.
+func (t *Threads) EndedTx(tx store.Tx, r *requests.Request, surface string) ([]Prepared, error) {
 	waiting, err := waitingTx(tx, r.ID.String())
 	if err != nil {
 		return nil, err

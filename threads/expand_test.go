@@ -30,7 +30,7 @@ func expandFixture(t *testing.T, fail func() error) (*fixture, *requests.Request
 		if err != nil {
 			return nil, err
 		}
-		return f.th.EndedTx(tx, got)
+		return f.th.EndedTx(tx, got, e.Surface)
 	})
 	err := f.db.Update(ctx, func(tx store.Tx) error {
 		ended, err := f.svc.ApplyTx(tx, r.ID, requests.Change{Event: requests.Cancel, Actor: "t",
@@ -110,6 +110,21 @@ func TestExpandFailures(t *testing.T) {
 			t.Fatalf("%d delivery_failed records, want 1", n)
 		}
 	})
+	t.Run("a read that found nothing", func(t *testing.T) {
+		// Not "expanded already": the expander's own not-found is retried
+		// with back-off like any failure, never at once in a loop.
+		calls := 0
+		f, r := expandFixture(t, func() error { calls++; return fmt.Errorf("lookup: %w", store.ErrNotFound) })
+		f.d.Expand = f.th.ExpandTx
+		for range 3 {
+			if _, err := f.d.DeliverOnce(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if calls != 1 || f.audited(t, "delivery_failed") != 1 || fmt.Sprint(f.p.Calls()) != "[thread "+r.ID.String()+"]" {
+			t.Fatalf("%d expansions, %d failures audited, delivered %v: want one, backed off, audited once", calls, f.audited(t, "delivery_failed"), f.p.Calls())
+		}
+	})
 	t.Run("permanent", func(t *testing.T) {
 		f, r := expandFixture(t, func() error { return fmt.Errorf("%w: gone", chat.ErrPermanent) })
 		f.d.Expand = f.th.ExpandTx
@@ -132,6 +147,31 @@ func TestExpandFailures(t *testing.T) {
 			t.Fatal("the waiting expansion was not audited")
 		}
 	})
+}
+
+// EndedTx renders EndedEffects effects (the span an expiry reserves for
+// them), and Prepare refuses an expand effect without a span.
+func TestEndedEffects(t *testing.T) {
+	f := newFixture(t)
+	r := f.create(t)
+	ended, err := f.svc.Apply(context.Background(), r.ID, requests.Change{Event: requests.Cancel, Actor: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := f.db.View(context.Background(), func(tx store.Tx) error {
+		ps, err := f.th.EndedTx(tx, ended, chat.Console)
+		n = len(ps)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n != threads.EndedEffects {
+		t.Fatalf("EndedTx rendered %d effects, EndedEffects is %d", n, threads.EndedEffects)
+	}
+	if _, err := threads.Prepare(threads.Effect{Op: threads.OpExpand, Request: r.ID.String(), Surface: chat.Console}); err == nil {
+		t.Fatal("Prepare took an expand effect without a span")
+	}
 }
 
 // audited counts the audit records of action.

@@ -215,7 +215,9 @@ func (d *Deliverer) opLocked(e store.Effect) (op Op, ok bool) {
 	if d.ops == nil {
 		d.ops = map[uint64]Op{}
 	}
-	d.ops[e.Seq] = head.Op
+	if head.Op != OpExpand { // its sequence number gets its first part's payload
+		d.ops[e.Seq] = head.Op
+	}
 	return head.Op, true
 }
 
@@ -304,15 +306,17 @@ func (d *Deliverer) deliver(ctx context.Context, se store.Effect) (time.Time, bo
 // for, in one transaction, and reports false with the time to plan its
 // thread again (now: the thread's effects changed).
 func (d *Deliverer) expand(ctx context.Context, log *slog.Logger, se store.Effect, e Effect) (time.Time, bool) {
-	err := errors.New("threads: no expander")
-	if d.Expand != nil {
+	var err error
+	switch {
+	case se.Span == 0: // not made by PrepareExpand: nothing reserved its parts' place
+		err = fmt.Errorf("%w: an expand effect without a span", chat.ErrPermanent)
+	case d.Expand == nil:
+		err = errors.New("threads: no expander")
+	default:
 		err = d.store.Update(ctx, func(tx store.Tx) error { return d.Expand(tx, se) })
 	}
-	if err == nil || isNotFound(err) { // expanded (or delivered) by an earlier term
-		d.mu.Lock()
-		delete(d.ops, se.Seq) // its first part has its sequence number
-		d.mu.Unlock()
-		return d.clock.Now(), false
+	if err == nil || errors.Is(err, store.ErrExpanded) { // ErrExpanded: by an earlier term
+		return d.clock.Now(), false // its thread's effects changed: plan them again
 	}
 	return d.failed(ctx, log, se, e, err)
 }
@@ -345,6 +349,16 @@ func (d *Deliverer) failed(ctx context.Context, log *slog.Logger, se store.Effec
 	se.LastError = err.Error()
 	log.WarnContext(ctx, "delivery failed; will retry", "error", err, "attempt", se.Attempts, "retry_in", backoff)
 	uerr := d.store.Update(ctx, func(tx store.Tx) error {
+		if e.Op == OpExpand {
+			// An expansion whose outcome was unknown may have committed:
+			// never put the effect back over its first part.
+			switch cur, err := store.GetEffect(tx, se.Seq); {
+			case isNotFound(err) || (err == nil && cur.Span == 0):
+				return nil
+			case err != nil:
+				return err
+			}
+		}
 		if err := store.UpdateEffect(tx, se); err != nil {
 			if isNotFound(err) { // coalesced away meanwhile
 				d.setDoubt(se.Seq, false)

@@ -178,8 +178,16 @@ type Prepared struct {
 // Queue is the outbox queue (the thread) the effect goes to.
 func (p Prepared) Queue() string { return p.queue }
 
-// Prepare encodes e for EnqueueTx, as Enqueue does.
+// Prepare encodes e for EnqueueTx, as Enqueue does. An OpExpand effect is
+// PrepareExpand's, which reserves its parts' place.
 func Prepare(e Effect) (Prepared, error) {
+	if e.Op == OpExpand {
+		return Prepared{}, errors.New("threads: enqueue: an expand effect without a span (PrepareExpand)")
+	}
+	return prepare(e)
+}
+
+func prepare(e Effect) (Prepared, error) {
 	if e.Message.IdempotencyKey == "" && e.Save != "" {
 		e.Message.IdempotencyKey = e.Surface + "/" + e.Save
 	}

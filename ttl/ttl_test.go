@@ -22,6 +22,8 @@ type fakeExpirer struct {
 	due     map[string]time.Time
 	fail    map[string]bool
 	fenced  bool
+	moves   map[string]time.Time // on Expire, the timer moves there (a notice's next one) instead of going
+	tries   map[string]int
 	panics  atomic.Int32 // panics left to throw
 	calls   atomic.Int32
 	expired []string
@@ -49,11 +51,16 @@ func (f *fakeExpirer) Due(_ context.Context, now time.Time, after store.Timer, l
 			out = append(out, store.Timer{Kind: "fake", ID: id, Due: at})
 		}
 	}
-	// The expiry index's order: by due time, then ID; from after on.
-	key := func(t store.Timer) string { return t.Due.Format(time.RFC3339Nano) + "/" + t.ID }
-	slices.SortFunc(out, func(a, b store.Timer) int { return strings.Compare(key(a), key(b)) })
+	// The expiry index's order: by due time (ms), then ID; from after on.
+	cmp := func(a, b store.Timer) int {
+		if c := a.Due.UnixMilli() - b.Due.UnixMilli(); c != 0 {
+			return int(c / max(c, -c))
+		}
+		return strings.Compare(a.ID, b.ID)
+	}
+	slices.SortFunc(out, cmp)
 	if after.ID != "" {
-		out = slices.DeleteFunc(out, func(t store.Timer) bool { return key(t) <= key(after) })
+		out = slices.DeleteFunc(out, func(t store.Timer) bool { return cmp(t, after) <= 0 })
 	}
 	if limit > 0 {
 		out = out[:min(limit, len(out))]
@@ -69,6 +76,14 @@ func (f *fakeExpirer) Expire(_ context.Context, t store.Timer, _ time.Time) (boo
 	}
 	if f.fail[t.ID] {
 		return false, errors.New("disk on fire")
+	}
+	if f.tries == nil {
+		f.tries = map[string]int{}
+	}
+	f.tries[t.ID]++
+	if at, ok := f.moves[t.ID]; ok {
+		f.due[t.ID] = at
+		return true, nil
 	}
 	delete(f.due, t.ID)
 	f.expired = append(f.expired, t.ID)
@@ -98,6 +113,38 @@ func TestSweepOncePagesAndSkipsFailures(t *testing.T) {
 	res, err := s.SweepOnce(context.Background())
 	if err == nil || res.Expired != 99 || res.Failed != 1 || f.left() != 1 {
 		t.Fatalf("sweep: %+v, %v; %d left", res, err, f.left())
+	}
+}
+
+// A sweep reads its pages from the timer that ended the one before: timers
+// due in the same millisecond across a page's end are each expired once,
+// and a timer that moves on to a later time still due (a notice's next one)
+// is found again but tried once a sweep.
+func TestSweepCursorTriesEachTimerOnce(t *testing.T) {
+	clk := clock.NewFake(t0.Add(time.Minute))
+	f := newFake(40, t0) // all due in one millisecond
+	f.moves = map[string]time.Time{}
+	for _, id := range []string{"a", "b", "ax", "nx"} {
+		f.moves[id] = t0.Add(30 * time.Second)
+	}
+	s, err := ttl.New(ttl.Options{Clock: clk, Page: 3, Parallel: 2, Batch: 2}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.SweepOnce(context.Background())
+	if err != nil || res.Expired != 40 || res.Due != 40 || f.left() != 4 {
+		t.Fatalf("sweep: %+v, %v; %d left, want the 4 moved ones", res, err, f.left())
+	}
+	for id, n := range f.tries {
+		if n != 1 {
+			t.Errorf("timer %s tried %d times in one sweep", id, n)
+		}
+	}
+	if len(f.tries) != 40 {
+		t.Fatalf("%d timers tried, want 40", len(f.tries))
+	}
+	if res, err := s.SweepOnce(context.Background()); err != nil || res.Due != 4 || f.tries["a"] != 2 {
+		t.Fatalf("next sweep: %+v, %v; a tried %d times, want the moved ones again", res, err, f.tries["a"])
 	}
 }
 

@@ -163,10 +163,13 @@ type tx struct {
 	buckets map[string]*bbolt.Bucket
 }
 
-// appendOnly names the buckets whose keys only grow (the outbox's sequence
-// numbers, the audit log's time-ordered keys): their pages are filled to the
-// brim instead of bbolt's half (store/bolt's default, bbolt.DefaultFillPercent,
-// suits keys inserted anywhere). A sweep writes 40 % fewer pages with it.
+// appendOnly names the buckets whose keys nearly only grow (the outbox's
+// sequence numbers, the audit log's time-ordered keys): their pages are
+// filled to the brim instead of bbolt's half (store/bolt's default,
+// bbolt.DefaultFillPercent, suits keys inserted anywhere). A sweep writes
+// 40 % fewer pages with it. The exceptions are few: an expanded outbox
+// effect's parts go into the sequence numbers it reserved (a page split
+// where they land), and an expiry's record time may be a little older.
 var appendOnly = map[string]bool{"outbox": true, "audit": true}
 
 // bucket returns bucket's handle, nil if it does not exist.
