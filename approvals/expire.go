@@ -303,14 +303,14 @@ const expandExpired = "approval_expired"
 func (s *Service) expandExpiredTx(tx store.Tx, e threads.Effect) ([]threads.Prepared, error) {
 	a, err := getKeyTx(tx, e.Ref, e.Ref)
 	if errors.Is(err, ErrUnknown) {
-		return nil, fmt.Errorf("%w: %w", chat.ErrPermanent, err)
+		return nil, fmt.Errorf("approvals: expand: %w: %w", chat.ErrPermanent, err)
 	}
 	if err != nil {
 		return nil, err
 	}
 	r, err := s.svc.GetTx(tx, a.RequestID)
 	if errors.Is(err, requests.ErrUnknown) {
-		return nil, fmt.Errorf("%w: %w", chat.ErrPermanent, err)
+		return nil, fmt.Errorf("approvals: expand: %w: %w", chat.ErrPermanent, err)
 	}
 	if err != nil {
 		return nil, err

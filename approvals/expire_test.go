@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/approvals"
+	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/threads"
 )
@@ -62,5 +63,39 @@ func TestSweptExpiryExpandsToWhatItWouldHaveRendered(t *testing.T) {
 		if g := got[q]; strings.Join(g, "\n") != strings.Join(w, "\n") {
 			t.Errorf("thread %s expanded:\n%s\nwant (rendered in the sweep):\n%s", q, strings.Join(g, "\n"), strings.Join(w, "\n"))
 		}
+	}
+}
+
+// A request that left pending some other way (approved directly) while its
+// approval waited: the sweep expires the approval alone, with every copy
+// of its card, and defers nothing (no OpExpand, no retry offer), the
+// request still approved.
+func TestSweptExpiryOfAnApprovalWhoseRequestMovedOn(t *testing.T) {
+	e := newEnv(t)
+	r := e.ask(member, "backend", "deploy the backend")
+	if _, err := e.svc.Apply(e.ctx, r.ID, requests.Change{Event: requests.Approve, Actor: owner}); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Set(t0.Add(24*time.Hour + time.Second))
+	if res := e.sweepOnce(); res.Expired != 1 || res.Failed != 0 {
+		t.Fatalf("sweep: %+v, want the approval expired", res)
+	}
+	if a := e.approval(r.ID.String()); a.State != approvals.Expired {
+		t.Fatalf("approval %s, want expired", a.State)
+	}
+	if got := e.request(r.ID); got.State != requests.Approved {
+		t.Fatalf("request %s, want still approved", got.State)
+	}
+	for _, se := range e.pendingRaw() {
+		var ef threads.Effect
+		if err := json.Unmarshal(se.Payload, &ef); err != nil {
+			t.Fatal(err)
+		}
+		if ef.Op == threads.OpExpand || ef.Message.Kind == approvals.KindRetryOffer {
+			t.Fatalf("deferred or offered a retry for a request that moved on: %s", se.Payload)
+		}
+	}
+	if n := len(e.cardEffects(r.ID.String(), threads.OpUpdate)); n != 3 {
+		t.Fatalf("%d card updates, want one per copy (thread + 2 DMs)", n)
 	}
 }

@@ -62,7 +62,10 @@ type RefusedError struct {
 	Err error
 }
 
+// Error names the request and the refusal.
 func (e *RefusedError) Error() string { return e.ID.String() + ": " + e.Err.Error() }
+
+// Unwrap is the refusal (ErrIllegalTransition).
 func (e *RefusedError) Unwrap() error { return e.Err }
 
 // Refused tells whether err is the refusal of request id's change itself

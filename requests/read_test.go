@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
@@ -70,5 +71,51 @@ func TestApplyReadTxRereadsAChangedRequest(t *testing.T) {
 	got, err = apply(other.ID, read(same.ID), requests.Approve)
 	if err != nil || got.ID != other.ID || got.Ask != other.Ask || got.State != requests.Approved {
 		t.Fatalf("another request's read: %+v, %v", got, err)
+	}
+}
+
+// A change prepared ahead (PrepareChange) is what ApplyReadTx writes while
+// the request is unchanged; a prepared change that is not the one applied
+// (another actor or detail), or a request edited since, is computed anew.
+func TestApplyReadTxUsesOnlyItsOwnPreparedChange(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	prepared := func(id requests.ID, c requests.Change) requests.Read {
+		var rd requests.Read
+		if err := f.db.View(ctx, func(tx store.Tx) error {
+			var err error
+			rd, err = f.svc.ReadTx(tx, id)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return f.svc.PrepareChange(rd, c)
+	}
+	apply := func(id requests.ID, rd requests.Read, c requests.Change) *requests.Request {
+		var got *requests.Request
+		if err := f.db.Update(ctx, func(tx store.Tx) error {
+			var err error
+			got, err = f.svc.ApplyReadTx(tx, id, rd, c)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	expire := func(reason string) requests.Change {
+		return requests.Change{Event: requests.Expire, Actor: "system:ttl", Detail: reason,
+			Mutate: func(r *requests.Request) { r.Reason = reason }}
+	}
+	r := f.create(t, ask("prepared"))
+	at := f.clk.Now()
+	rd := prepared(r.ID, expire("one"))
+	f.clk.Advance(time.Minute)
+	if got := apply(r.ID, rd, expire("one")); got.Reason != "one" || !got.Updated.Equal(at) {
+		t.Fatalf("the prepared change: %+v, want it as prepared at %v", got, at)
+	}
+	other := f.create(t, ask("other"))
+	rd = prepared(other.ID, expire("prepared"))
+	if got := apply(other.ID, rd, expire("applied")); got.Reason != "applied" {
+		t.Fatalf("another change than the one prepared wrote %q", got.Reason)
 	}
 }

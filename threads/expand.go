@@ -1,7 +1,9 @@
 package threads
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/roombridge/roombridge/chat"
@@ -51,6 +53,12 @@ func (t *Threads) ExpandTx(tx store.Tx, se store.Effect) error {
 	if x == nil {
 		return fmt.Errorf("threads: expand %d: no expander for %q", se.Seq, e.Expand)
 	}
+	switch ok, err := unexpanded(tx, se); {
+	case err != nil:
+		return fmt.Errorf("threads: expand %d: %w", se.Seq, err)
+	case !ok: // before the expander: its failure must not drop what took se's place
+		return fmt.Errorf("threads: expand %d: %w", se.Seq, store.ErrExpanded)
+	}
 	ps, err := x(tx, e)
 	if err != nil {
 		return fmt.Errorf("threads: expand %s %s: %w", e.Expand, e.Ref, err)
@@ -63,6 +71,16 @@ func (t *Threads) ExpandTx(tx store.Tx, se store.Effect) error {
 		parts[i] = store.Effect{Coalesce: p.coalesce, Payload: p.payload}
 	}
 	return store.ExpandEffect(tx, se, parts)
+}
+
+// unexpanded tells whether OpExpand effect se is still in the outbox as it
+// was (false: expanded, its first part under its sequence number, or gone).
+func unexpanded(tx store.Tx, se store.Effect) (bool, error) {
+	cur, err := store.GetEffect(tx, se.Seq)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil && bytes.Equal(cur.Payload, se.Payload), err
 }
 
 // EndedEffects is how many effects EndedTx prepares (TestEndedEffects).

@@ -137,6 +137,22 @@ func TestExpandFailures(t *testing.T) {
 			t.Fatalf("%d delivery_dropped records, want 1", n)
 		}
 	})
+	t.Run("no span", func(t *testing.T) {
+		// An expand effect that reserved no place for its parts (not made
+		// by PrepareExpand) can never be expanded in place: dropped.
+		f, r := expandFixture(t, func() error { return nil })
+		f.d.Expand = f.th.ExpandTx
+		if err := f.db.Update(context.Background(), func(tx store.Tx) error {
+			return store.Enqueue(tx, &store.Effect{Queue: "console/" + r.ID.String(),
+				Payload: []byte(`{"op":"expand","request":"` + r.ID.String() + `","surface":"console","expand":"test","message":{}}`)})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		f.flush(t)
+		if f.pending(t) != 0 || f.audited(t, "delivery_dropped") != 1 {
+			t.Fatalf("%d left, %d dropped: want the spanless one dropped and audited", f.pending(t), f.audited(t, "delivery_dropped"))
+		}
+	})
 	t.Run("no expander", func(t *testing.T) {
 		f, r := expandFixture(t, func() error { return nil })
 		f.flush(t)

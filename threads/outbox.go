@@ -311,7 +311,7 @@ func (d *Deliverer) expand(ctx context.Context, log *slog.Logger, se store.Effec
 	case se.Span == 0: // not made by PrepareExpand: nothing reserved its parts' place
 		err = fmt.Errorf("%w: an expand effect without a span", chat.ErrPermanent)
 	case d.Expand == nil:
-		err = errors.New("threads: no expander")
+		err = errors.New("threads: expand: no expander")
 	default:
 		err = d.store.Update(ctx, func(tx store.Tx) error { return d.Expand(tx, se) })
 	}
@@ -348,14 +348,14 @@ func (d *Deliverer) failed(ctx context.Context, log *slog.Logger, se store.Effec
 	se.NotBefore = d.clock.Now().Add(backoff)
 	se.LastError = err.Error()
 	log.WarnContext(ctx, "delivery failed; will retry", "error", err, "attempt", se.Attempts, "retry_in", backoff)
+	expanded := false
 	uerr := d.store.Update(ctx, func(tx store.Tx) error {
 		if e.Op == OpExpand {
 			// An expansion whose outcome was unknown may have committed:
 			// never put the effect back over its first part.
-			switch cur, err := store.GetEffect(tx, se.Seq); {
-			case isNotFound(err) || (err == nil && cur.Span == 0):
-				return nil
-			case err != nil:
+			ok, err := unexpanded(tx, se)
+			if err != nil || !ok {
+				expanded = err == nil
 				return err
 			}
 		}
@@ -373,6 +373,9 @@ func (d *Deliverer) failed(ctx context.Context, log *slog.Logger, se store.Effec
 	})
 	if uerr != nil {
 		log.ErrorContext(ctx, "recording delivery failure", "error", uerr)
+	}
+	if expanded { // its parts are there: no back-off
+		return d.clock.Now(), false
 	}
 	return se.NotBefore, false
 }
@@ -549,6 +552,11 @@ func (d *Deliverer) drop(ctx context.Context, se store.Effect, e Effect, cause e
 	d.setDoubt(se.Seq, false)
 	d.log.ErrorContext(ctx, "dropping undeliverable effect", "request_id", e.Request, "seq", se.Seq, "error", cause)
 	err := d.store.Update(ctx, func(tx store.Tx) error {
+		if e.Op == OpExpand { // never what took its place
+			if ok, err := unexpanded(tx, se); err != nil || !ok {
+				return err
+			}
+		}
 		if err := store.AckEffect(tx, se); err != nil {
 			return err
 		}

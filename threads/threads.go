@@ -187,6 +187,7 @@ func Prepare(e Effect) (Prepared, error) {
 	return prepare(e)
 }
 
+// prepare is Prepare for any op.
 func prepare(e Effect) (Prepared, error) {
 	if e.Message.IdempotencyKey == "" && e.Save != "" {
 		e.Message.IdempotencyKey = e.Surface + "/" + e.Save

@@ -217,6 +217,15 @@ func testOutboxExpand(t *testing.T, open func() store.Store) {
 		}
 		return nil
 	})
+	// An effect delivered (acknowledged) before its expansion is gone.
+	gone := add(store.Effect{Queue: "R3", Payload: []byte(`"gone"`), Span: 2})
+	update(t, s, func(tx store.Tx) error { return store.AckEffect(tx, store.Effect{Seq: gone}) })
+	update(t, s, func(tx store.Tx) error {
+		if err := store.ExpandEffect(tx, store.Effect{Seq: gone, Span: 2, Queue: "R3"}, parts[:1]); !errors.Is(err, store.ErrExpanded) {
+			t.Errorf("expanding a delivered effect = %v, want ErrExpanded", err)
+		}
+		return nil
+	})
 	// The coalesce key now names card2: a newer card drops it.
 	add(store.Effect{Queue: "R1", Coalesce: "card", Payload: []byte(`"card3"`)})
 	if got := payloads(); strings.Contains(got, "card2") || !strings.Contains(got, "card3") {
