@@ -2,6 +2,7 @@ package slack_test
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,6 +48,25 @@ func TestRetryButtonOnExpiredCard(t *testing.T) {
 	})
 	if offer.ThreadTS == "" || !hasButtons(offer) {
 		t.Fatalf("offer %+v, want a reply with a button in the request's thread", offer)
+	}
+	// The sweep's effects in the thread, rendered when the outbox reached
+	// them: the card's copy there expired, the outcome once, the parent's
+	// final status, the offer once.
+	h.waitStore("the expiry delivered", h.outboxEmpty)
+	var outcomes, offers, cards int
+	for _, m := range h.fake.Thread(channel, offer.ThreadTS) {
+		switch {
+		case bytes.Contains(m.BlocksJSON, []byte(`"retry:`+id+`"`)):
+			offers++
+		case strings.HasPrefix(m.Text, "Approval needed") && strings.Contains(m.Text, "expired after 24 h"):
+			cards++
+		case strings.Contains(m.Text, "expired: not approved within 24 h") && m.TS != offer.ThreadTS:
+			outcomes++
+		}
+	}
+	parent, _ := h.fake.Message(channel, offer.ThreadTS)
+	if outcomes != 1 || offers != 1 || cards != 1 || !strings.Contains(parent.Text, "expired: not approved within 24 h") {
+		t.Fatalf("in the thread: %d outcomes, %d offers, %d expired cards, parent %q; want one each and the parent's final status", outcomes, offers, cards, parent.Text)
 	}
 	h.click(slacktest.BlockActionsPayload(member, channel, offer.TS, offer.ThreadTS, "retry:"+id, "retry", id))
 	h.waitStore("the retry", func() bool {
