@@ -16,17 +16,7 @@ import (
 func TestApplyReadTxRereadsAChangedRequest(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	read := func(id requests.ID) requests.Read {
-		var rd requests.Read
-		if err := f.db.View(ctx, func(tx store.Tx) error {
-			var err error
-			rd, err = f.svc.ReadTx(tx, id)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return rd
-	}
+	read := func(id requests.ID) requests.Read { return f.read(t, id) }
 	apply := func(id requests.ID, rd requests.Read, e requests.Event) (*requests.Request, error) {
 		var got *requests.Request
 		err := f.db.Update(ctx, func(tx store.Tx) error {
@@ -80,17 +70,7 @@ func TestApplyReadTxRereadsAChangedRequest(t *testing.T) {
 func TestApplyReadTxUsesOnlyItsOwnPreparedChange(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	prepared := func(id requests.ID, c requests.Change) requests.Read {
-		var rd requests.Read
-		if err := f.db.View(ctx, func(tx store.Tx) error {
-			var err error
-			rd, err = f.svc.ReadTx(tx, id)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return f.svc.PrepareChange(rd, c)
-	}
+	prepared := func(id requests.ID, c requests.Change) requests.Read { return f.svc.PrepareChange(f.read(t, id), c) }
 	apply := func(id requests.ID, rd requests.Read, c requests.Change) *requests.Request {
 		var got *requests.Request
 		if err := f.db.Update(ctx, func(tx store.Tx) error {
@@ -118,4 +98,18 @@ func TestApplyReadTxUsesOnlyItsOwnPreparedChange(t *testing.T) {
 	if got := apply(other.ID, rd, expire("applied")); got.Reason != "applied" {
 		t.Fatalf("another change than the one prepared wrote %q", got.Reason)
 	}
+}
+
+// read reads request id in a read transaction of its own (ReadTx).
+func (f *fixture) read(t *testing.T, id requests.ID) requests.Read {
+	t.Helper()
+	var rd requests.Read
+	if err := f.db.View(context.Background(), func(tx store.Tx) error {
+		var err error
+		rd, err = f.svc.ReadTx(tx, id)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return rd
 }
