@@ -152,9 +152,17 @@ func settleExpiry(a *Approval, now time.Time, deferThread bool) (*settlement, er
 	if st.retry, err = prepareRetry(st.after, q); err != nil || q == "" {
 		return st, err
 	}
-	// The expansion renders the copies left out, the ending, the offers
-	// left out (expiredTx).
-	span := len(st.after.Copies) - len(st.cards) + threads.EndedEffects + threadCopies(st.after) - len(st.retry)
+	// The expansion renders the copies in q, the ending, an offer under
+	// each thread copy in q (expiredTx).
+	span := threads.EndedEffects
+	for _, c := range st.after.Copies {
+		if c.queue() == q {
+			span++
+			if c.inThread(st.after) {
+				span++
+			}
+		}
+	}
 	if st.expand, err = threads.PrepareExpand(expandExpired, st.after.ref().key(), thread.Request, thread.Surface, span); err != nil {
 		return nil, err
 	}
@@ -170,18 +178,6 @@ func threadCopy(a *Approval) (Copy, bool) {
 		}
 	}
 	return Copy{}, false
-}
-
-// threadCopies counts a's copies in request threads (each gets a retry
-// offer when a expires).
-func threadCopies(a *Approval) int {
-	n := 0
-	for _, c := range a.Copies {
-		if c.inThread(a) {
-			n++
-		}
-	}
-	return n
 }
 
 // inThread tells whether c is the copy of a's card in a request's thread.

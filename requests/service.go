@@ -360,13 +360,12 @@ func (s *Service) ApplyReadTx(tx store.Tx, id ID, hint Read, c Change) (*Request
 			return nil, err
 		}
 	}
-	next := after.State
 	if err := s.write(tx, before, after, enc); err != nil {
 		return nil, err
 	}
 	if err := audit.Append(tx, audit.Record{
 		Time: now, RequestID: id.String(), Actor: c.Actor, Surface: c.Surface,
-		Action: c.Event.String(), From: before.State.String(), To: next.String(), Detail: c.Detail,
+		Action: c.Event.String(), From: before.State.String(), To: after.State.String(), Detail: c.Detail,
 	}); err != nil {
 		return nil, err
 	}

@@ -83,6 +83,7 @@ const maxRetryPause = 5 * time.Second
 // call is an agent's HTTP request to the proxy, kept to be sent again.
 type call struct {
 	lt    *localTurn
+	local string // the local token it came with (lt's)
 	path  string
 	query string
 	body  []byte
@@ -116,7 +117,7 @@ func (p *mcpProxy) gate(next http.Handler) http.Handler {
 			jsonError(w, http.StatusRequestEntityTooLarge, "runner: the call is larger than 4 MiB")
 			return
 		}
-		c := &call{lt: lt, path: req.URL.Path, query: req.URL.RawQuery, body: body}
+		c := &call{lt: lt, local: tok, path: req.URL.Path, query: req.URL.RawQuery, body: body}
 		if req.Method == http.MethodPost {
 			c.key, c.again = callKey(tok, body)
 		}
@@ -182,7 +183,7 @@ func (t retrier) RoundTrip(out *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, fmt.Errorf("waiting for the turn to be attached: %w", err)
 		}
-		if sends > 1 && !t.p.issued(c.lt) {
+		if sends > 1 && !t.p.issued(c) {
 			return nil, errors.New("the turn ended while its call waited to be sent again")
 		}
 		req, err := c.request(out, conn, token)
@@ -235,17 +236,12 @@ func (c *call) request(out *http.Request, conn *rconn, token string) (*http.Requ
 	return req, nil
 }
 
-// issued reports whether lt's local token still opens the endpoint (its
-// turn has not ended).
-func (p *mcpProxy) issued(lt *localTurn) bool {
+// issued reports whether c's local token still opens the endpoint for its
+// turn (the turn has not ended).
+func (p *mcpProxy) issued(c *call) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, x := range p.tok {
-		if x == lt {
-			return true
-		}
-	}
-	return false
+	return p.tok[c.local] == c.lt
 }
 
 // failed answers a call the bridge could not be reached for (refused, a

@@ -220,18 +220,14 @@ func TestStoreFailureIsNotARefusal(t *testing.T) {
 	logs := &syncbuf.Buffer{}
 	errs := startRunner(t, runners.RunnerOptions{Name: "laptop", URLs: []string{b.URL}, Token: tok,
 		Log: slog.New(slog.NewTextHandler(logs, nil))})
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs.String(), "cannot check the token now") {
+	waitFor(t, "the bridge's Unavailable answer logged", func() bool {
 		select {
 		case err := <-errs:
 			t.Fatalf("the runner stopped: %v; want it to retry a store failure of the bridge", err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the runner never logged the bridge's Unavailable answer; logs:\n%s", logs.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return strings.Contains(logs.String(), "cannot check the token now")
+	})
 	select {
 	case err := <-errs:
 		t.Fatalf("the runner stopped: %v; want it to retry", err)

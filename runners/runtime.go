@@ -33,14 +33,7 @@ var _ agents.Settler = (*Runtime)(nil)
 // with the connection leaves the ended turn kept at the runner, harmless:
 // a turn of another number replaces it.
 func (r *Runtime) Settled(_ context.Context, t agents.Turn) {
-	h := r.Hub
-	h.mu.Lock()
-	var c *conn
-	if x := h.host[h.o.Hosts[r.Agent]]; x != nil {
-		c = x.c
-	}
-	h.mu.Unlock()
-	if c != nil {
+	if _, c := r.Hub.agentConn(r.Agent, ""); c != nil {
 		_ = c.send(Frame{Type: FrameAck, Request: t.RequestID, Number: t.Number})
 	}
 }

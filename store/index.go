@@ -208,6 +208,9 @@ func outboxKey(seq uint64) string {
 // names an undelivered effect, that one is dropped: the newest effect of a
 // coalesce key is the only one delivered.
 func Enqueue(tx Tx, e *Effect) error {
+	if e.Span < 0 {
+		return fmt.Errorf("store: enqueue: a span of %d (0 or more)", e.Span)
+	}
 	seq, err := nextSeqs(tx, "outbox", uint64(max(e.Span, 1)))
 	if err != nil {
 		return err
@@ -247,30 +250,30 @@ func coalesce(tx Tx, e *Effect) (kept bool, err error) {
 }
 
 // ExpandEffect puts parts, in order, in the place of the undelivered effect
-// e, which stands for them (its Span bounds how many): parts[i] is stored
-// under e.Seq+i, in e's queue, created when e was. A part's coalesce key
+// e, which stands for them (its stored Span bounds how many): parts[i] is
+// stored under e.Seq+i, in e's queue, created when e was (as stored). A part's coalesce key
 // works as Enqueue's, as if the part had been enqueued in e's place: it
 // drops an older effect of its key, and an effect of its key enqueued
 // since replaces the part. An e no longer in the outbox (delivered, or
 // expanded already) is ErrExpanded.
 func ExpandEffect(tx Tx, e Effect, parts []Effect) error {
-	if len(parts) > max(e.Span, 1) {
-		return fmt.Errorf("store: expand effect %d: %d effects for a span of %d", e.Seq, len(parts), e.Span)
-	}
-	switch cur, err := GetEffect(tx, e.Seq); {
+	cur, err := GetEffect(tx, e.Seq) // its span, queue and time as stored, not as the caller says
+	switch {
 	case errors.Is(err, ErrNotFound):
 		return fmt.Errorf("store: expand effect %d: %w", e.Seq, ErrExpanded)
 	case err != nil:
 		return err
 	case cur.Span == 0: // expanded already: its first part is there
 		return fmt.Errorf("store: expand effect %d: %w", e.Seq, ErrExpanded)
+	case len(parts) > cur.Span:
+		return fmt.Errorf("store: expand effect %d: %d effects for a span of %d", e.Seq, len(parts), cur.Span)
 	}
 	if err := tx.Delete(bucketOutbox, outboxKey(e.Seq)); err != nil {
 		return err
 	}
 	for i := range parts {
 		p := parts[i]
-		p.Seq, p.Queue, p.Created, p.Span = e.Seq+uint64(i), e.Queue, e.Created, 0
+		p.Seq, p.Queue, p.Created, p.Span = cur.Seq+uint64(i), cur.Queue, cur.Created, 0
 		kept, err := coalesce(tx, &p)
 		if err != nil {
 			return err

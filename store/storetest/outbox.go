@@ -191,15 +191,23 @@ func testOutboxExpand(t *testing.T, open func() store.Store) {
 		{Queue: "R1", Payload: []byte(`"outcome"`)},                     //
 		{Queue: "R1", Coalesce: "parent", Payload: []byte(`"parent1"`)}, // parent2 came after: it wins
 	}
+	// The stored span bounds the parts, whatever the caller says it is.
 	if err := s.Update(context.Background(), func(tx store.Tx) error {
-		return store.ExpandEffect(tx, store.Effect{Seq: seq, Span: 2, Queue: "R1"}, parts)
+		return store.ExpandEffect(tx, store.Effect{Seq: seq, Span: 9, Queue: "other"}, append(parts, parts...))
 	}); err == nil {
-		t.Fatal("3 effects expanded in a span of 2")
+		t.Fatal("6 effects expanded in a span of 4")
+	}
+	if err := s.Update(context.Background(), func(tx store.Tx) error {
+		return store.Enqueue(tx, &store.Effect{Queue: "R1", Span: -1})
+	}); err == nil {
+		t.Fatal("a negative span enqueued")
 	}
 	if got := payloads(); !strings.Contains(got, `R1:"three"`) {
 		t.Fatalf("a refused expansion changed the outbox: %s", got)
 	}
-	update(t, s, func(tx store.Tx) error { return store.ExpandEffect(tx, e, parts) })
+	update(t, s, func(tx store.Tx) error {
+		return store.ExpandEffect(tx, store.Effect{Seq: e.Seq, Queue: "elsewhere"}, parts) // its own queue and time, as stored
+	})
 	want := `R1:"card2" R1:"outcome" R2:"other" R1:"parent2" R1:"after"`
 	if got := payloads(); got != want {
 		t.Fatalf("after the expansion, pending = %s\nwant %s", got, want)
