@@ -36,10 +36,7 @@ func (a stopped) Run(ctx context.Context, t agents.Turn, _ agents.Sink) (agents.
 func TestEndedRequestStopsItsLiveTurn(t *testing.T) {
 	b := startBridge(t)
 	ctx := context.Background()
-	tok, err := runners.Add(ctx, b.DB, time.Now(), "laptop")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := addRunner(t, b.DB, "laptop")
 	p := tcpcut.New(t, strings.TrimPrefix(b.URL, "http://"))
 	rt := stopped{gone: make(chan struct{})}
 	var logs syncbuf.Buffer

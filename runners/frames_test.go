@@ -79,10 +79,7 @@ func TestRunnerBufferBounded(t *testing.T) {
 		}
 	})
 	b := coretest.Start(t, coretest.Options{Config: bridgeConfig, Dir: t.TempDir(), Surfaces: []string{chat.Console}, HoldOutbox: true, Log: log})
-	tok, err := runners.Add(context.Background(), b.DB, time.Now(), "laptop")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := addRunner(t, b.DB, "laptop")
 	p := tcpcut.New(t, strings.TrimPrefix(b.URL, "http://"))
 	a := &chatty{first: 120, more: 40, phase1: make(chan struct{}), phase2: make(chan struct{}),
 		gateA: make(chan struct{}), gateB: make(chan struct{})}

@@ -125,10 +125,7 @@ func cutRun(t *testing.T, tool string, args map[string]any, after func(b *corete
 	}
 	p, next := tcpcut.New(t, u.Host), tcpcut.New(t, u.Host)
 	net.Store(p)
-	tok, err := runners.Add(context.Background(), b.DB, time.Now(), "laptop")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := addRunner(t, b.DB, "laptop")
 	agent := oneCall{tool: tool, args: args, after: func(id string) string { return after(b, id) }}
 	goRunner(t, runners.RunnerOptions{Name: "laptop", URLs: []string{p.URL(), next.URL()}, Token: tok,
 		Agents: map[string]agents.Runtime{"coder": agent}, Retry: 20 * time.Millisecond})

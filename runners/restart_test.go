@@ -36,10 +36,7 @@ func logged(t *testing.T, what string) (*slog.Logger, *syncbuf.Buffer) {
 func TestSecondRunnerRefused(t *testing.T) {
 	blog, blogs := logged(t, "the bridge")
 	b := coretest.Start(t, coretest.Options{Config: bridgeConfig, Dir: t.TempDir(), Surfaces: []string{chat.Console}, HoldOutbox: true, Log: blog})
-	tok, err := runners.Add(context.Background(), b.DB, time.Now(), "laptop")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := addRunner(t, b.DB, "laptop")
 	flog, flogs := logged(t, "the first runner")
 	_, stopFirst := runRunner(t, runners.RunnerOptions{Name: "laptop", URLs: []string{b.URL}, Token: tok, Log: flog})
 	waitConnected(t, b, "laptop")
@@ -114,10 +111,7 @@ func TestRestartedRunnerReplacesStaleConnection(t *testing.T) {
 func TestStatusesListEveryRunner(t *testing.T) {
 	b := startBridge(t)
 	ctx := context.Background()
-	tok, err := runners.Add(ctx, b.DB, time.Now(), "laptop")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := addRunner(t, b.DB, "laptop")
 	if _, err := runners.Add(ctx, b.DB, time.Now(), "spare"); err != nil {
 		t.Fatal(err)
 	}
@@ -164,10 +158,7 @@ func TestStatusesListEveryRunner(t *testing.T) {
 // gets in and runs the turns.
 func TestRunnerGivesUpSilentBridge(t *testing.T) {
 	b := startBridge(t)
-	tok, err := runners.Add(context.Background(), b.DB, time.Now(), "laptop")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := addRunner(t, b.DB, "laptop")
 	p := tcpcut.New(t, strings.TrimPrefix(b.URL, "http://"))
 	p.Freeze()
 	rlog, rlogs := logged(t, "the runner")

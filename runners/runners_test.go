@@ -105,11 +105,7 @@ func waitConnected(t *testing.T, b *coretest.Bridge, name string) {
 // runner (a process it starts) and its answer lands in the bridge.
 func TestTurnRunsOnRunner(t *testing.T) {
 	b := startBridge(t)
-	ctx := context.Background()
-	tok, err := runners.Add(ctx, b.DB, time.Now(), "laptop")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := addRunner(t, b.DB, "laptop")
 	runner(t, b, "laptop", tok)
 	waitConnected(t, b, "laptop")
 	askCoder(t, b)
@@ -147,10 +143,7 @@ func askCoder(t *testing.T, b *coretest.Bridge) {
 // the runner stops, refused; an unknown token is refused at once.
 func TestRevokedTokenRefused(t *testing.T) {
 	b := startBridge(t)
-	tok, err := runners.Add(context.Background(), b.DB, time.Now(), "laptop")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := addRunner(t, b.DB, "laptop")
 	errs := runner(t, b, "laptop", tok)
 	waitConnected(t, b, "laptop")
 	if err := b.Runners().Revoke(context.Background(), "laptop"); err != nil {
@@ -179,10 +172,7 @@ func waitErr(t *testing.T, errs <-chan error) error {
 // Statuses shows it connected with a last contact.
 func TestMetricsAndList(t *testing.T) {
 	b := startBridge(t)
-	tok, err := runners.Add(context.Background(), b.DB, time.Now(), "laptop")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := addRunner(t, b.DB, "laptop")
 	runner(t, b, "laptop", tok)
 	waitConnected(t, b, "laptop")
 	st, err := b.Runners().Statuses(context.Background())
@@ -208,12 +198,9 @@ func TestMetricsAndList(t *testing.T) {
 // Unavailable, and the runner keeps trying instead of stopping as refused.
 func TestStoreFailureIsNotARefusal(t *testing.T) {
 	b := startBridge(t)
-	tok, err := runners.Add(context.Background(), b.DB, time.Now(), "laptop")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := addRunner(t, b.DB, "laptop")
 	// A record that cannot be read: a failure of the bridge's, not a wrong token.
-	err = b.DB.Update(context.Background(), func(tx store.Tx) error { return tx.Put("runners", "laptop", []byte("{not json")) })
+	err := b.DB.Update(context.Background(), func(tx store.Tx) error { return tx.Put("runners", "laptop", []byte("{not json")) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,4 +256,14 @@ func TestRefusedTokensAuditedBounded(t *testing.T) {
 	if a := refused[0].Actor; len(a) > len("runner:")+runners.MaxNameAudited || !strings.HasPrefix(a, "runner:laptop") {
 		t.Fatalf("first refusal's actor %q (%d bytes): want the runner's name cut to %d bytes", a, len(a), runners.MaxNameAudited)
 	}
+}
+
+// addRunner registers a runner named name on db and returns its token.
+func addRunner(t *testing.T, db store.Store, name string) string {
+	t.Helper()
+	tok, err := runners.Add(context.Background(), db, time.Now(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
 }

@@ -59,10 +59,7 @@ func taskEnded(t *testing.T, b *coretest.Bridge, id string) delegation.Task {
 func TestBackgroundCommandsRunOnRunner(t *testing.T) {
 	b := startBridge(t)
 	ctx := context.Background()
-	tok, err := runners.Add(ctx, b.DB, time.Now(), "laptop")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := addRunner(t, b.DB, "laptop")
 	work := t.TempDir()
 	release := make(chan struct{})
 	r, err := runners.NewRunner(runners.RunnerOptions{Name: "laptop", URLs: []string{b.URL}, Token: tok,
@@ -124,10 +121,7 @@ func TestBackgroundCommandsRunOnRunner(t *testing.T) {
 func TestBackgroundCommandAcrossReconnects(t *testing.T) {
 	b := startBridge(t)
 	ctx := context.Background()
-	tok, err := runners.Add(ctx, b.DB, time.Now(), "laptop")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := addRunner(t, b.DB, "laptop")
 	p := tcpcut.New(t, strings.TrimPrefix(b.URL, "http://"))
 	work := t.TempDir()
 	release := make(chan struct{})

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/core/coretest"
@@ -27,10 +26,7 @@ func TestRunnerOverTLS(t *testing.T) {
 	if !strings.HasPrefix(b.URL, "https://") {
 		t.Fatalf("URL %s, want https", b.URL)
 	}
-	tok, err := runners.Add(context.Background(), b.DB, time.Now(), "laptop")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := addRunner(t, b.DB, "laptop")
 
 	var logs syncbuf.Buffer
 	startRunner(t, runners.RunnerOptions{Name: "laptop", URLs: []string{b.URL}, Token: tok,

@@ -30,10 +30,7 @@ func (a *counting) Run(context.Context, agents.Turn, agents.Sink) (agents.Outcom
 // recorded), on a whole bridge (core/coretest) and a real Runner.
 func TestRunnerTurnNumber(t *testing.T) {
 	b := startBridge(t)
-	tok, err := runners.Add(context.Background(), b.DB, time.Now(), "laptop")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := addRunner(t, b.DB, "laptop")
 	ctx := context.Background()
 	a := &counting{}
 	r, _, _ := goRunner(t, runners.RunnerOptions{Name: "laptop", URLs: []string{b.URL}, Token: tok,

@@ -2,8 +2,6 @@ package store
 
 import (
 	"bytes"
-	"encoding/json"
-	"fmt"
 	"sync"
 )
 
@@ -42,8 +40,9 @@ func (c *EffectCache) Pending(tx Tx, limit int) ([]Effect, error) {
 		ce, ok := c.seen[k]
 		if !ok || !bytes.Equal(ce.raw, v) {
 			ce = cachedEffect{raw: bytes.Clone(v)}
-			if err := json.Unmarshal(ce.raw, &ce.e); err != nil {
-				return fmt.Errorf("store: decode effect: %w", err)
+			var err error
+			if ce.e, err = decodeEffect(ce.raw); err != nil {
+				return err
 			}
 		}
 		ce.gen = c.gen

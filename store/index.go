@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -332,7 +333,28 @@ func appendEffect(b []byte, e *Effect) []byte {
 // (0: all). A reader that reads the outbox again and again keeps an
 // EffectCache instead.
 func PendingEffects(tx Tx, limit int) ([]Effect, error) {
-	return new(EffectCache).Pending(tx, limit)
+	var out []Effect
+	err := tx.Scan(bucketOutbox, "", "", func(_ string, v []byte) error {
+		e, err := decodeEffect(bytes.Clone(v))
+		if err != nil {
+			return err
+		}
+		out = append(out, e)
+		if limit > 0 && len(out) >= limit {
+			return ErrStop
+		}
+		return nil
+	})
+	return out, err
+}
+
+// decodeEffect decodes a stored effect (its payload shares raw).
+func decodeEffect(raw []byte) (Effect, error) {
+	var e Effect
+	if err := json.Unmarshal(raw, &e); err != nil {
+		return Effect{}, fmt.Errorf("store: decode effect: %w", err)
+	}
+	return e, nil
 }
 
 // GetEffect returns the undelivered effect seq, or ErrNotFound.
