@@ -1,9 +1,7 @@
 package approvals
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -84,7 +82,7 @@ func (s *Service) prepareExpiry(tx store.Tx, t store.Timer, now time.Time) ([]by
 		return nil, nil
 	}
 	var a Approval
-	if json.Unmarshal(b, &a) != nil || a.State != Pending || now.Before(a.ExpiresAt) {
+	if store.Decode(b, &a) != nil || a.State != Pending || now.Before(a.ExpiresAt) {
 		return nil, nil
 	}
 	st, err := settleExpiry(&a, now, s.deferThreads())
@@ -104,13 +102,13 @@ func (s *Service) prepareExpiry(tx store.Tx, t store.Timer, now time.Time) ([]by
 // when the approval is unchanged, and reports whether it expired it.
 func (s *Service) expireOneTx(tx store.Tx, t store.Timer, raw []byte, pre *settlement, now time.Time) (bool, error) {
 	st := pre
-	b, err := tx.Get(bucketApprovals, t.ID)
+	same, err := store.Unchanged(tx, bucketApprovals, t.ID, raw)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return false, store.RemoveTimer(tx, TimerKind, t.Due, t.ID)
 	case err != nil:
 		return false, err
-	case st == nil || !bytes.Equal(b, raw):
+	case st == nil || !same:
 		a, err := getKeyTx(tx, t.ID, t.ID)
 		switch {
 		case err != nil:

@@ -4,3 +4,6 @@ package approvals
 // sweep's transaction, as an expiry by a late decision does (tests compare
 // both ways).
 func RenderInSweep(s *Service) { s.renderInSweep = true }
+
+// Encode is a's record as the store keeps it.
+func Encode(a *Approval) ([]byte, error) { return a.encode() }

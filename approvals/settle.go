@@ -1,8 +1,6 @@
 package approvals
 
 import (
-	"encoding/json"
-	"fmt"
 	"slices"
 	"time"
 
@@ -75,9 +73,9 @@ func settleExcept(a *Approval, to State, by, surface, reason string, now time.Ti
 		after.Reason = reason
 	}
 	after.Version++
-	enc, err := json.Marshal(&after)
+	enc, err := after.encode()
 	if err != nil {
-		return nil, fmt.Errorf("approvals: encode %s: %w", a.ID, err)
+		return nil, err
 	}
 	st := &settlement{before: a, after: &after, encoded: enc}
 	if slices.ContainsFunc(after.Copies, func(c Copy) bool { return except == "" || c.queue() != except }) {

@@ -110,13 +110,13 @@ func putTx(tx store.Tx, before, a *Approval, encoded []byte) error {
 			}
 		}
 	}
-	var err error
 	if encoded == nil {
-		err = store.PutJSON(tx, bucketApprovals, key, a)
-	} else {
-		err = tx.Put(bucketApprovals, key, encoded)
+		var err error
+		if encoded, err = a.encode(); err != nil {
+			return err
+		}
 	}
-	if err != nil {
+	if err := tx.Put(bucketApprovals, key, encoded); err != nil {
 		return fmt.Errorf("approvals: write %s: %w", a.ID, err)
 	}
 	tx.Notify(TopicApprovals)

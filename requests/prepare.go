@@ -1,7 +1,6 @@
 package requests
 
 import (
-	"encoding/json"
 	"errors"
 	"time"
 )
@@ -33,7 +32,7 @@ func (s *Service) PrepareChange(rd Read, c Change) Read {
 	if err != nil {
 		return rd
 	}
-	enc, err := json.Marshal(after)
+	enc, err := encode(after)
 	if err != nil {
 		return rd
 	}

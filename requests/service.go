@@ -1,9 +1,7 @@
 package requests
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -246,8 +244,8 @@ func (s *Service) write(tx store.Tx, before, r *Request, encoded []byte) error {
 	}
 	if encoded == nil { // else r's JSON, encoded ahead (PrepareChange)
 		var err error
-		if encoded, err = json.Marshal(r); err != nil {
-			return fmt.Errorf("requests: write %s: %w", r.ID, err)
+		if encoded, err = encode(r); err != nil {
+			return err
 		}
 	}
 	if err := tx.Put(bucketRequests, k, encoded); err != nil {
@@ -292,22 +290,33 @@ func (s *Service) ReadTx(tx store.Tx, id ID) (Read, error) {
 // readTx reads request id, reusing hint's decoded request if the stored
 // bytes are still the ones hint was decoded from.
 func (s *Service) readTx(tx store.Tx, id ID, hint Read) (Read, error) {
+	if hint.r != nil && hint.r.ID == id {
+		same, err := store.Unchanged(tx, bucketRequests, s.key(id), hint.raw)
+		if err != nil {
+			return Read{}, s.readErr(id, err)
+		}
+		if same {
+			r := *hint.r // a copy: a transaction may run again
+			return Read{raw: hint.raw, r: &r, change: hint.change}, nil
+		}
+	}
 	b, err := tx.Get(bucketRequests, s.key(id))
-	if errors.Is(err, store.ErrNotFound) {
-		return Read{}, fmt.Errorf("%w %s", ErrUnknown, id)
-	}
 	if err != nil {
-		return Read{}, fmt.Errorf("requests: get %s: %w", id, err)
-	}
-	if hint.r != nil && hint.r.ID == id && bytes.Equal(b, hint.raw) {
-		r := *hint.r // a copy: a transaction may run again
-		return Read{raw: b, r: &r, change: hint.change}, nil
+		return Read{}, s.readErr(id, err)
 	}
 	var r Request
-	if err := json.Unmarshal(b, &r); err != nil {
+	if err := store.Decode(b, &r); err != nil {
 		return Read{}, fmt.Errorf("requests: get %s: store: decode %s/%s: %w", id, bucketRequests, s.key(id), err)
 	}
 	return Read{raw: b, r: &r}, nil
+}
+
+// readErr is the error of reading request id.
+func (s *Service) readErr(id ID, err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w %s", ErrUnknown, id)
+	}
+	return fmt.Errorf("requests: get %s: %w", id, err)
 }
 
 // Change is one transition to apply.
@@ -486,7 +495,7 @@ func (s *Service) EachTx(tx store.Tx, fn func(*Request) error) error {
 	p := s.owner + "/"
 	return tx.Scan(bucketRequests, p, store.PrefixEnd(p), func(k string, v []byte) error {
 		var r Request
-		if err := json.Unmarshal(v, &r); err != nil {
+		if err := store.Decode(v, &r); err != nil {
 			return fmt.Errorf("requests: decode %s: %w", k, err)
 		}
 		return fn(&r)

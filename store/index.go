@@ -28,10 +28,27 @@ func GetJSON(tx Tx, bucket, key string, v any) error {
 	if err != nil {
 		return err
 	}
-	if err := json.Unmarshal(b, v); err != nil {
+	if err := Decode(b, v); err != nil {
 		return fmt.Errorf("store: decode %s/%s: %w", bucket, key, err)
 	}
 	return nil
+}
+
+// Unchanged tells whether the value of key in bucket is want (ErrNotFound:
+// there is none), without copying it where the backend can compare in
+// place (bolt): a write transaction that prepared its work from a read
+// before it checks that nothing changed since.
+func Unchanged(tx Tx, bucket, key string, want []byte) (bool, error) {
+	if c, ok := tx.(interface {
+		Equal(bucket, key string, want []byte) (bool, error)
+	}); ok {
+		return c.Equal(bucket, key, want)
+	}
+	b, err := tx.Get(bucket, key)
+	if err != nil {
+		return false, err
+	}
+	return bytes.Equal(b, want), nil
 }
 
 // PutJSON encodes v and writes it to key in bucket.

