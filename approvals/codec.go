@@ -11,7 +11,7 @@ import (
 // that), without reflection: every decision, expiry and notice rewrites
 // the approval.
 func (a *Approval) encode() ([]byte, error) {
-	o := jsonx.NewObject(512 + len(a.Action) + len(a.Asker))
+	o := jsonx.NewObject(a.size())
 	o.String("id", a.ID, false)
 	o.String("kind", string(a.Kind), false)
 	o.String("request_id", a.RequestID.String(), false)
@@ -44,6 +44,17 @@ func (a *Approval) encode() ([]byte, error) {
 		return nil, fmt.Errorf("approvals: encode %s: %w", a.ID, err)
 	}
 	return b, nil
+}
+
+// size is about the length of a's record: its names, times and numbers
+// (~500 bytes), its strings, its copies (one allocation, no growth).
+func (a *Approval) size() int {
+	n := 512 + len(a.ID) + len(a.Room) + len(a.RootRoom) + len(a.Agent) + len(a.Requester) + len(a.Action) +
+		len(a.Asker) + len(a.DecidedBy) + len(a.Answer) + len(a.Reason) + len(a.Link)
+	for _, c := range a.Copies {
+		n += 40 + len(c.Surface) + len(c.Request) + len(c.Ref)
+	}
+	return n
 }
 
 func (a *Approval) appendCopies(b []byte) []byte {

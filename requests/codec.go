@@ -10,7 +10,10 @@ import (
 // fields in order, with their tags; TestEncodeIsMarshal holds it to
 // that), without reflection: every transition rewrites the request.
 func encode(r *Request) ([]byte, error) {
-	o := jsonx.NewObject(256 + len(r.Ask) + len(r.Result) + len(r.Activity) + len(r.Reason))
+	// About its length (one allocation, no growth): names, times and
+	// numbers (~400 bytes), strings, references.
+	o := jsonx.NewObject(400 + len(r.Owner) + len(r.Agent) + len(r.Room) + len(r.Surface) + len(r.Requester) +
+		len(r.Ask) + len(r.Session) + len(r.Activity) + len(r.Reason) + len(r.Result) + 24*len(r.References))
 	o.String("id", r.ID.String(), false)
 	o.String("owner", r.Owner, false)
 	o.String("agent", r.Agent, false)
