@@ -73,7 +73,7 @@ func TestDecodeIsUnmarshal(t *testing.T) {
 			t.Skip("a time json.Marshal refuses")
 		}
 		if rapid.Bool().Draw(t, "mangle") { // and bytes that are not quite a record
-			b = mangle(t, b)
+			b = jsonxtest.Mangle(t, b)
 		}
 		var want, got decodeRecord
 		wantErr, gotErr := json.Unmarshal(b, &want), store.Decode(b, &got)
@@ -84,29 +84,4 @@ func TestDecodeIsUnmarshal(t *testing.T) {
 			t.Fatalf("%q: Decode gave\n%+v\nwant\n%+v", b, got, want)
 		}
 	})
-}
-
-// mangle changes b in one of the ways a damaged or foreign record differs:
-// cut, a byte replaced, trailing data, another name's case, a duplicate
-// name, a null, whitespace.
-func mangle(t *rapid.T, b []byte) []byte {
-	i := rapid.IntRange(0, len(b)-1).Draw(t, "at")
-	switch rapid.IntRange(0, 6).Draw(t, "how") {
-	case 0:
-		return b[:i]
-	case 1:
-		out := append([]byte(nil), b...)
-		out[i] = rapid.SampledFrom([]byte(`{}[]":,0x \`)).Draw(t, "byte")
-		return out
-	case 2:
-		return append(append([]byte(nil), b...), rapid.SampledFrom([]string{" ", "{}", "x", "\n"}).Draw(t, "tail")...)
-	case 3:
-		return append([]byte(`{"TEXT":"upper","Version":7,`), b[1:]...)
-	case 4:
-		return append([]byte(`{"text":"first","version":1,`), b[1:]...)
-	case 5:
-		return append([]byte(`{"text":null,"refs":null,"at":null,`), b[1:]...)
-	default:
-		return append([]byte("\t{ "), b[1:]...)
-	}
 }

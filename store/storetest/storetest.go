@@ -25,6 +25,7 @@ func Run(t *testing.T, open Opener) {
 		fn   func(*testing.T, func() store.Store)
 	}{
 		{"GetPutDelete", testGetPutDelete},
+		{"Unchanged", testUnchanged},
 		{"Scan", testScan},
 		{"RollbackOnError", testRollback},
 		{"SerializableIncrements", testSerializable},
@@ -100,6 +101,59 @@ func testGetPutDelete(t *testing.T, open func() store.Store) {
 		if err != nil || len(v) != 0 {
 			t.Errorf("empty value: %q, %v", v, err)
 		}
+		return nil
+	})
+}
+
+// testUnchanged: store.Unchanged compares a stored value with the bytes
+// given, in a write transaction and a read-only one, after writes in the
+// same transaction too; a missing key or bucket is ErrNotFound.
+func testUnchanged(t *testing.T, open func() store.Store) {
+	s := mustOpen(t, open)
+	check := func(tx store.Tx, key string, want []byte, same bool, missing bool) {
+		t.Helper()
+		got, err := store.Unchanged(tx, "b", key, want)
+		switch {
+		case missing && !errors.Is(err, store.ErrNotFound):
+			t.Errorf("Unchanged(%s, %q) = %v, %v; want ErrNotFound", key, want, got, err)
+		case !missing && (err != nil || got != same):
+			t.Errorf("Unchanged(%s, %q) = %v, %v; want %v", key, want, got, err, same)
+		}
+	}
+	update(t, s, func(tx store.Tx) error {
+		check(tx, "k", []byte("v1"), false, true) // no bucket yet
+		if err := tx.Put("b", "k", []byte("v1")); err != nil {
+			return err
+		}
+		if err := tx.Put("b", "empty", nil); err != nil {
+			return err
+		}
+		check(tx, "k", []byte("v1"), true, false)
+		check(tx, "k", []byte("v2"), false, false)
+		check(tx, "k", []byte("v"), false, false)
+		check(tx, "empty", nil, true, false)
+		check(tx, "missing", nil, false, true)
+		return nil
+	})
+	for _, run := range []func(*testing.T, store.Store, func(store.Tx) error){view, update} {
+		run(t, s, func(tx store.Tx) error {
+			check(tx, "k", []byte("v1"), true, false)
+			check(tx, "k", []byte("v1 "), false, false)
+			check(tx, "empty", []byte{}, true, false)
+			check(tx, "missing", []byte("v1"), false, true)
+			return nil
+		})
+	}
+	update(t, s, func(tx store.Tx) error {
+		if err := tx.Put("b", "k", []byte("v2")); err != nil {
+			return err
+		}
+		check(tx, "k", []byte("v1"), false, false) // its own write
+		check(tx, "k", []byte("v2"), true, false)
+		if err := tx.Delete("b", "k"); err != nil {
+			return err
+		}
+		check(tx, "k", []byte("v2"), false, true)
 		return nil
 	})
 }

@@ -5,6 +5,7 @@
 package jsonxtest
 
 import (
+	"reflect"
 	"time"
 
 	"pgregory.net/rapid"
@@ -41,4 +42,99 @@ func MaybeZero[T any](g *rapid.Generator[T]) *rapid.Generator[T] {
 		}
 		return g.Draw(t, "value")
 	})
+}
+
+// Mangle changes the JSON object b in one of the ways a damaged or foreign
+// record differs from what a codec writes: cut short, a byte replaced,
+// trailing data, another name's case, a repeated name, nulls, whitespace,
+// an escape, a number in another form.
+func Mangle(t *rapid.T, b []byte) []byte {
+	i := rapid.IntRange(0, len(b)-1).Draw(t, "at")
+	switch rapid.IntRange(0, 8).Draw(t, "how") {
+	case 0:
+		return b[:i]
+	case 1:
+		out := append([]byte(nil), b...)
+		out[i] = rapid.SampledFrom([]byte(`{}[]":,0x \-e.`)).Draw(t, "byte")
+		return out
+	case 2:
+		return append(append([]byte(nil), b...), rapid.SampledFrom([]string{" ", "{}", "x", "\n"}).Draw(t, "tail")...)
+	case 3:
+		return append([]byte(`{"ID":"upper","Version":7,`), b[1:]...)
+	case 4:
+		return append([]byte(`{"id":"first","version":1,"copies":[],"references":[],`), b[1:]...)
+	case 5:
+		return append([]byte(`{"id":null,"copies":null,"references":null,"created":null,`), b[1:]...)
+	case 6:
+		return append([]byte("\t{ "), b[1:]...)
+	case 7:
+		return append([]byte(`{"id":"\u0041\n","version":1.0,"ttl":-0,"unknown":[1,{"a":"]"}],`), b[1:]...)
+	default:
+		return append([]byte(`{"version":01,"ttl":1e3,"progress":9223372036854775808,`), b[1:]...)
+	}
+}
+
+// AllSet fails t unless every field of the struct v, and of each struct
+// in its slices, is set (not its zero value).
+func AllSet(t *rapid.T, v any) {
+	allSet(t, reflect.ValueOf(v), reflect.TypeOf(v).Name())
+}
+
+func allSet(t *rapid.T, v reflect.Value, path string) {
+	for i := 0; i < v.NumField(); i++ {
+		f, name := v.Field(i), path+"."+v.Type().Field(i).Name
+		if f.IsZero() {
+			t.Fatalf("%s is not set: set every field (and encode and decode it)", name)
+		}
+		if f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.Struct {
+			for j := 0; j < f.Len(); j++ {
+				allSet(t, f.Index(j), name)
+			}
+		}
+	}
+}
+
+// SameRecord tells whether a record decoded from JSON is the one encoded:
+// equal field by field, times as instants (a decoded time's zone is a
+// fixed offset, not the original location).
+func SameRecord(got, want any) bool {
+	return sameValue(reflect.ValueOf(got), reflect.ValueOf(want))
+}
+
+var timeType = reflect.TypeOf(time.Time{})
+
+func sameValue(a, b reflect.Value) bool {
+	switch {
+	case a.Type() == timeType:
+		return a.Interface().(time.Time).Equal(b.Interface().(time.Time))
+	case a.Kind() == reflect.Struct && exported(a.Type()):
+		for i := 0; i < a.NumField(); i++ {
+			if !sameValue(a.Field(i), b.Field(i)) {
+				return false
+			}
+		}
+		return true
+	case a.Kind() == reflect.Slice:
+		if a.Len() != b.Len() {
+			return false
+		}
+		for i := 0; i < a.Len(); i++ {
+			if !sameValue(a.Index(i), b.Index(i)) {
+				return false
+			}
+		}
+		return true
+	}
+	return reflect.DeepEqual(a.Interface(), b.Interface())
+}
+
+// exported tells whether every field of struct type t is exported (one
+// that is not, as requests.ID, is compared whole).
+func exported(t reflect.Type) bool {
+	for i := 0; i < t.NumField(); i++ {
+		if !t.Field(i).IsExported() {
+			return false
+		}
+	}
+	return true
 }
