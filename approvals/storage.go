@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/roombridge/roombridge/internal/jsonx"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 )
@@ -59,7 +60,9 @@ func (a *Approval) inboxRooms() []string {
 }
 
 func inboxKey(room string, a *Approval, key string) string {
-	return fmt.Sprintf("%s/%013d/%s", url.PathEscape(room), a.Created.UnixMilli(), key)
+	b := make([]byte, 0, len(room)+len(key)+15)
+	b = jsonx.AppendPadded(append(append(b, url.PathEscape(room)...), '/'), a.Created.UnixMilli(), 13)
+	return string(append(append(b, '/'), key...))
 }
 
 // putTx writes a (encoded: its JSON, or nil to encode it here), keeping the

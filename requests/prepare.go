@@ -70,6 +70,9 @@ func (e *RefusedError) Unwrap() error { return e.Err }
 // Refused tells whether err is the refusal of request id's change itself
 // (RefusedError), not an error of something the change did.
 func Refused(err error, id ID) bool {
+	if err == nil {
+		return false // no target to allocate (an expiry asks after each change)
+	}
 	var r *RefusedError
 	return errors.As(err, &r) && r.ID == id
 }
