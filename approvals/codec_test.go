@@ -1,7 +1,6 @@
 package approvals_test
 
 import (
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -57,18 +56,7 @@ func genApproval(full bool) *rapid.Generator[approvals.Approval] {
 // byte for byte, for any approval (and an error where json.Marshal
 // refuses one: a time out of its range).
 func TestEncodeIsMarshal(t *testing.T) {
-	gen := genApproval(false)
-	rapid.Check(t, func(t *rapid.T) {
-		a := gen.Draw(t, "approval")
-		want, wantErr := json.Marshal(&a)
-		got, err := approvals.Encode(&a)
-		if (err == nil) != (wantErr == nil) {
-			t.Fatalf("Encode: %v, json.Marshal: %v", err, wantErr)
-		}
-		if string(got) != string(want) {
-			t.Fatalf("Encode wrote\n%s\njson.Marshal\n%s", got, want)
-		}
-	})
+	jsonxtest.EncodesAsMarshal(t, genApproval(false), approvals.Encode)
 }
 
 // TestCodecCoversEveryField: with every field of an approval (and of its
@@ -76,17 +64,5 @@ func TestEncodeIsMarshal(t *testing.T) {
 // but not to encode fails here (and a field the generator leaves out
 // fails first).
 func TestCodecCoversEveryField(t *testing.T) {
-	gen := genApproval(true)
-	rapid.Check(t, func(t *rapid.T) {
-		a := gen.Draw(t, "approval")
-		jsonxtest.AllSet(t, a)
-		b, err := approvals.Encode(&a)
-		if err != nil {
-			t.Skip("a time json.Marshal refuses")
-		}
-		var back approvals.Approval
-		if err := store.Decode(b, &back); err != nil || !jsonxtest.SameRecord(back, a) {
-			t.Fatalf("%s: decoded %+v (%v), want %+v", b, back, err, a)
-		}
-	})
+	jsonxtest.KeepsEveryField(t, genApproval(true), approvals.Encode, store.Decode)
 }

@@ -1,7 +1,6 @@
 package requests_test
 
 import (
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -61,35 +60,12 @@ func genRequest(full bool) *rapid.Generator[requests.Request] {
 // refuses one: a time out of its range, a dollar figure that is not a
 // number).
 func TestEncodeIsMarshal(t *testing.T) {
-	gen := genRequest(false)
-	rapid.Check(t, func(t *rapid.T) {
-		r := gen.Draw(t, "request")
-		want, wantErr := json.Marshal(&r)
-		got, err := requests.Encode(&r)
-		if (err == nil) != (wantErr == nil) {
-			t.Fatalf("Encode: %v, json.Marshal: %v", err, wantErr)
-		}
-		if string(got) != string(want) {
-			t.Fatalf("Encode wrote\n%s\njson.Marshal\n%s", got, want)
-		}
-	})
+	jsonxtest.EncodesAsMarshal(t, genRequest(false), requests.Encode)
 }
 
 // TestCodecCoversEveryField: with every field of a request set, the
 // record holds each of them: a field added to the type but not to encode
 // fails here (and a field the generator leaves out fails first).
 func TestCodecCoversEveryField(t *testing.T) {
-	gen := genRequest(true)
-	rapid.Check(t, func(t *rapid.T) {
-		r := gen.Draw(t, "request")
-		jsonxtest.AllSet(t, r)
-		b, err := requests.Encode(&r)
-		if err != nil {
-			t.Skip("a time json.Marshal refuses")
-		}
-		var back requests.Request
-		if err := store.Decode(b, &back); err != nil || !jsonxtest.SameRecord(back, r) {
-			t.Fatalf("%s: decoded %+v (%v), want %+v", b, back, err, r)
-		}
-	})
+	jsonxtest.KeepsEveryField(t, genRequest(true), requests.Encode, store.Decode)
 }

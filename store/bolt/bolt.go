@@ -221,13 +221,9 @@ func (t *tx) bucket(bucket string) *handle {
 }
 
 func (t *tx) Get(bucket, key string) ([]byte, error) {
-	h := t.bucket(bucket)
-	if h == nil {
-		return nil, store.ErrNotFound
-	}
-	v, ok := h.seek([]byte(key))
-	if !ok || v == nil {
-		return nil, store.ErrNotFound
+	v, err := t.value(bucket, key)
+	if err != nil {
+		return nil, err
 	}
 	return append([]byte(nil), v...), nil
 }
@@ -235,15 +231,21 @@ func (t *tx) Get(bucket, key string) ([]byte, error) {
 // Equal tells whether the value of key in bucket is want (ErrNotFound:
 // there is none), comparing it in place (store.Unchanged).
 func (t *tx) Equal(bucket, key string, want []byte) (bool, error) {
+	v, err := t.value(bucket, key)
+	return err == nil && bytes.Equal(v, want), err
+}
+
+// value is the value of key in bucket, valid until tx changes it or ends.
+func (t *tx) value(bucket, key string) ([]byte, error) {
 	h := t.bucket(bucket)
 	if h == nil {
-		return false, store.ErrNotFound
+		return nil, store.ErrNotFound
 	}
 	v, ok := h.seek([]byte(key))
 	if !ok || v == nil {
-		return false, store.ErrNotFound
+		return nil, store.ErrNotFound
 	}
-	return bytes.Equal(v, want), nil
+	return v, nil
 }
 
 func (t *tx) Put(bucket, key string, value []byte) error {

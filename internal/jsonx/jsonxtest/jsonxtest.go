@@ -5,7 +5,9 @@
 package jsonxtest
 
 import (
+	"encoding/json"
 	"reflect"
+	"testing"
 	"time"
 
 	"pgregory.net/rapid"
@@ -72,6 +74,40 @@ func Mangle(t *rapid.T, b []byte) []byte {
 	default:
 		return append([]byte(`{"version":01,"ttl":1e3,"progress":9223372036854775808,`), b[1:]...)
 	}
+}
+
+// EncodesAsMarshal checks, for every value gen draws, that encode writes
+// what json.Marshal writes, byte for byte, and fails where it fails.
+func EncodesAsMarshal[T any](t *testing.T, gen *rapid.Generator[T], encode func(*T) ([]byte, error)) {
+	rapid.Check(t, func(t *rapid.T) {
+		v := gen.Draw(t, "value")
+		want, wantErr := json.Marshal(&v)
+		got, err := encode(&v)
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("encode: %v, json.Marshal: %v", err, wantErr)
+		}
+		if string(got) != string(want) {
+			t.Fatalf("encode wrote\n%s\njson.Marshal\n%s", got, want)
+		}
+	})
+}
+
+// KeepsEveryField checks, for every value gen draws with all its fields
+// set (AllSet), that decode reads back what encode wrote (SameRecord): a
+// field added to T but not to encode fails here.
+func KeepsEveryField[T any](t *testing.T, gen *rapid.Generator[T], encode func(*T) ([]byte, error), decode func([]byte, any) error) {
+	rapid.Check(t, func(t *rapid.T) {
+		v := gen.Draw(t, "value")
+		AllSet(t, v)
+		b, err := encode(&v)
+		if err != nil {
+			t.Skip("a time json.Marshal refuses")
+		}
+		var back T
+		if err := decode(b, &back); err != nil || !SameRecord(back, v) {
+			t.Fatalf("%s: decoded %+v (%v), want %+v", b, back, err, v)
+		}
+	})
 }
 
 // AllSet fails t unless every field of the struct v, and of each struct
