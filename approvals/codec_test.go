@@ -1,6 +1,8 @@
 package approvals_test
 
 import (
+	"fmt"
+	"net/url"
 	"testing"
 	"time"
 
@@ -15,39 +17,28 @@ import (
 // genApproval generates approvals with any value in every field (all of
 // them set when full).
 func genApproval(full bool) *rapid.Generator[approvals.Approval] {
-	str, at := jsonxtest.String(), jsonxtest.Time()
-	maybe, maybeAt := jsonxtest.MaybeZero[string], jsonxtest.MaybeZero[time.Time]
-	if full { // every field set; times in UTC, as the records' are (an offset's seconds do not survive RFC 3339)
-		at = rapid.Map(at, time.Time.UTC)
-		maybe = func(*rapid.Generator[string]) *rapid.Generator[string] {
-			return rapid.StringMatching(`[a-zA-Z0-9 ./:é-]{1,8}`)
-		}
-		maybeAt = func(*rapid.Generator[time.Time]) *rapid.Generator[time.Time] { return at }
-	}
-	id := rapid.Custom(func(t *rapid.T) requests.ID {
+	str, at := jsonxtest.Text(full), jsonxtest.Instant(full)
+	opt, optAt := jsonxtest.Optional(str, full), jsonxtest.Optional(at, full)
+	id := jsonxtest.Optional(rapid.Custom(func(t *rapid.T) requests.ID {
 		day := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC).AddDate(0, 0, rapid.IntRange(0, 36524).Draw(t, "day"))
 		return requests.NewID(day, rapid.IntRange(1, 999_999_999).Draw(t, "n"))
-	})
-	maybeID := jsonxtest.MaybeZero(id)
-	if full {
-		maybeID = id
-	}
+	}), full)
 	cp := rapid.Custom(func(t *rapid.T) approvals.Copy {
-		return approvals.Copy{Surface: maybe(str).Draw(t, "surface"), Request: maybe(str).Draw(t, "request"), Ref: maybe(str).Draw(t, "ref")}
+		return approvals.Copy{Surface: str.Draw(t, "surface"), Request: str.Draw(t, "request"), Ref: str.Draw(t, "ref")}
 	})
 	return rapid.Custom(func(t *rapid.T) approvals.Approval {
 		return approvals.Approval{
-			ID: maybe(str).Draw(t, "id"), Kind: approvals.Kind(maybe(str).Draw(t, "kind")), RequestID: maybeID.Draw(t, "request_id"),
-			Root: maybeID.Draw(t, "root"), RootRoom: maybe(str).Draw(t, "root_room"),
-			Room: maybe(str).Draw(t, "room"), Agent: maybe(str).Draw(t, "agent"), Requester: maybe(str).Draw(t, "requester"),
-			Action: maybe(str).Draw(t, "action"), Asker: maybe(str).Draw(t, "asker"), State: approvals.State(maybe(str).Draw(t, "state")),
-			Version:   rapid.Int64Range(1, 1<<62).Draw(t, "version") * int64(rapid.SampledFrom([]int{-1, 1}).Draw(t, "sign")),
-			DecidedBy: maybe(str).Draw(t, "decided_by"), Surface: maybe(str).Draw(t, "surface"), DecidedAt: maybeAt(at).Draw(t, "decided_at"),
-			Answer: maybe(str).Draw(t, "answer"), Reason: maybe(str).Draw(t, "reason"),
-			Created: at.Draw(t, "created"), ExpiresAt: at.Draw(t, "expires_at"), TTL: time.Duration(rapid.Int64().Draw(t, "ttl")) | 1,
-			ShownAt: maybeAt(at).Draw(t, "shown_at"), NoticeAt: maybeAt(at).Draw(t, "notice_at"),
-			RemindedAt: maybeAt(at).Draw(t, "reminded_at"), Link: maybe(str).Draw(t, "link"),
-			Copies: rapid.SliceOfN(cp, map[bool]int{true: 1, false: 0}[full], 3).Draw(t, "copies"),
+			ID: str.Draw(t, "id"), Kind: approvals.Kind(str.Draw(t, "kind")), RequestID: id.Draw(t, "request_id"),
+			Root: id.Draw(t, "root"), RootRoom: opt.Draw(t, "root_room"),
+			Room: str.Draw(t, "room"), Agent: str.Draw(t, "agent"), Requester: str.Draw(t, "requester"),
+			Action: str.Draw(t, "action"), Asker: str.Draw(t, "asker"), State: approvals.State(str.Draw(t, "state")),
+			Version:   jsonxtest.Int64(full).Draw(t, "version"),
+			DecidedBy: opt.Draw(t, "decided_by"), Surface: opt.Draw(t, "surface"), DecidedAt: optAt.Draw(t, "decided_at"),
+			Answer: opt.Draw(t, "answer"), Reason: opt.Draw(t, "reason"),
+			Created: at.Draw(t, "created"), ExpiresAt: at.Draw(t, "expires_at"), TTL: time.Duration(jsonxtest.Int64(full).Draw(t, "ttl")),
+			ShownAt: optAt.Draw(t, "shown_at"), NoticeAt: optAt.Draw(t, "notice_at"),
+			RemindedAt: optAt.Draw(t, "reminded_at"), Link: opt.Draw(t, "link"),
+			Copies: rapid.SliceOfN(cp, jsonxtest.Several(full), 3).Draw(t, "copies"),
 		}
 	})
 }
@@ -65,4 +56,18 @@ func TestEncodeIsMarshal(t *testing.T) {
 // fails first).
 func TestCodecCoversEveryField(t *testing.T) {
 	jsonxtest.KeepsEveryField(t, genApproval(true), approvals.Encode, store.Decode)
+}
+
+// TestInboxKeyIsWhatFmtWrote: the inbox index's keys are the ones
+// fmt.Sprintf wrote before, so an index written then still sorts and
+// deletes the same.
+func TestInboxKeyIsWhatFmtWrote(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		room, key := jsonxtest.String().Draw(t, "room"), jsonxtest.String().Draw(t, "key")
+		ms := rapid.OneOf(rapid.Int64Range(-1e14, 1e14), rapid.Int64()).Draw(t, "ms")
+		a := &approvals.Approval{Created: time.UnixMilli(ms)}
+		if got, want := approvals.InboxKey(room, a, key), fmt.Sprintf("%s/%013d/%s", url.PathEscape(room), a.Created.UnixMilli(), key); got != want {
+			t.Fatalf("inboxKey = %q, want %q", got, want)
+		}
+	})
 }

@@ -7,3 +7,6 @@ func RenderInSweep(s *Service) { s.renderInSweep = true }
 
 // Encode is a's record as the store keeps it.
 func Encode(a *Approval) ([]byte, error) { return a.encode() }
+
+// InboxKey is the inbox index's key of a in room.
+var InboxKey = inboxKey

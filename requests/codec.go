@@ -11,9 +11,13 @@ import (
 // that), without reflection: every transition rewrites the request.
 func encode(r *Request) ([]byte, error) {
 	// About its length (one allocation, no growth): names, times and
-	// numbers (~400 bytes), strings, references.
-	o := jsonx.NewObject(400 + len(r.Owner) + len(r.Agent) + len(r.Room) + len(r.Surface) + len(r.Requester) +
-		len(r.Ask) + len(r.Session) + len(r.Activity) + len(r.Reason) + len(r.Result) + 24*len(r.References))
+	// numbers (~400 bytes), strings, references, usage.
+	size := 400 + len(r.Owner) + len(r.Agent) + len(r.Room) + len(r.Surface) + len(r.Requester) +
+		len(r.Ask) + len(r.Session) + len(r.Activity) + len(r.Reason) + len(r.Result) + 24*len(r.References)
+	if !r.Usage.IsZero() {
+		size += 200
+	}
+	o := jsonx.NewObject(size)
 	o.String("id", r.ID.String(), false)
 	o.String("owner", r.Owner, false)
 	o.String("agent", r.Agent, false)

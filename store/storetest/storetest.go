@@ -137,6 +137,9 @@ func testUnchanged(t *testing.T, open func() store.Store) {
 	})
 	for _, run := range []func(*testing.T, store.Store, func(store.Tx) error){view, update} {
 		run(t, s, func(tx store.Tx) error {
+			if _, err := store.Unchanged(tx, "nobucket", "k", nil); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("Unchanged in a missing bucket: %v, want ErrNotFound", err)
+			}
 			check(tx, "k", []byte("v1"), true, false)
 			check(tx, "k", []byte("v1 "), false, false)
 			check(tx, "empty", []byte{}, true, false)
