@@ -168,10 +168,11 @@ func (f *benchFixture) addDue(b *testing.B, n int) {
 // BenchmarkSweep measures one sweep over `pending` not-due approvals while
 // `due` are due, on bolt: each iteration adds `due` due approvals with their
 // cards (untimed), then sweeps once (timed): every expiry moves its request
-// to expired with its audit record and queues five effects (two card
-// copies, the thread's outcome, its status line, the retry offer), in
-// batched transactions. The 1,000,000 fixture takes about 30 s and 2.5 GB
-// to build (once per size, in the temp dir): it runs only with
+// to expired with its audit record and queues the one effect that stands
+// for its thread's (the card's copy there, the outcome, the status line,
+// the retry offer: rendered when the outbox delivers it), in batched
+// transactions. The 1,000,000 fixture takes about 20 s and 1.4 GB to
+// build (once per size, in the temp dir): it runs only with
 // ROOMBRIDGE_BIG=1. median-ms, best-ms and worst-ms are of the sweeps;
 // cpu-ms is the median CPU time (user and system, the whole process) one
 // sweep took, which a loaded machine inflates less than the wall time;
