@@ -187,19 +187,21 @@ func (h *handle) seek(key []byte) ([]byte, bool) {
 // pages are filled to the brim instead of bbolt's half (its default,
 // bbolt.DefaultFillPercent, suits keys inserted anywhere: a full page that
 // takes a key in its middle splits): the outbox's sequence numbers and the
-// audit log's time-ordered keys; the requests and approvals, keyed by their
-// IDs, whose daily counters grow (requests after their owner's name: a
-// few groups, each growing at its end; a permission or a question goes
-// right after its request's approval); and the indexes ordered by those IDs or by
-// times that grow with them, within a few groups too (the expiry timers by
-// kind, the states' indexes by state, the open approvals, the inbox by
-// room). Records rewritten in place (a request's every transition) share a
-// page with twice as many neighbours; one that grows in a full page splits
-// it (into a full page and a small one, where the next rewrites have
-// room). A sweep writes 0.62 pages an expiry instead of 0.81 with the
-// outbox and audit alone (BenchmarkSweep, docs/perf.md) (40 % fewer than none), and a file of 100,000
-// pending approvals takes 147 MiB instead of 271. audit_by_request is not
-// one of them: its keys group by request, of which there are many.
+// audit log's time-ordered keys; the requests and approvals, keyed by
+// their IDs, whose daily counters grow (requests after their owner's
+// name: a few groups, each growing at its end; a permission or a question
+// goes right after its request's approval); and the indexes ordered by
+// those IDs or by times that grow with them, within a few groups too (the
+// expiry timers by kind, the states' index by state, the open approvals,
+// the inbox by room). Records rewritten in place (a request's every
+// transition) share a page with twice as many neighbours; one that grows
+// in a full page splits it (into a full page and a small one, where the
+// next rewrites have room). A sweep among 100,000 pending writes 0.62
+// pages an expiry instead of 0.81 with only the outbox and the audit log
+// filled (and 40 % fewer than with none: BenchmarkSweep, docs/perf.md),
+// and a file of 100,000 pending approvals takes 147 MiB instead of 271.
+// audit_by_request is not one of them: its keys group by request, of which
+// there are many.
 var appendOnly = map[string]bool{
 	"outbox": true, "audit": true,
 	"requests": true, "approvals": true,
