@@ -11,11 +11,11 @@ import (
 // A record is stored exactly as json.Marshal encodes it, whatever its
 // strings and times (the export writes stored records as they are), under
 // the key fmt built before.
-func TestAppendRecordIsJSONMarshal(t *testing.T) {
-	// appendRecord writes Record's 9 fields by hand (the second case below
+func TestEncodeRecordIsJSONMarshal(t *testing.T) {
+	// encodeRecord writes Record's 9 fields by hand (the second case below
 	// sets them all): a new field must be taught to it, and set here.
 	if n := reflect.TypeFor[Record]().NumField(); n != 9 {
-		t.Fatalf("Record has %d fields, appendRecord writes 9: add the new one to appendRecord and to this test", n)
+		t.Fatalf("Record has %d fields, encodeRecord writes 9: add the new one to encodeRecord and to this test", n)
 	}
 	at := time.Date(2026, 12, 1, 11, 30, 5, 123456789, time.UTC)
 	for _, r := range []Record{
@@ -29,8 +29,8 @@ func TestAppendRecordIsJSONMarshal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := appendRecord(nil, &r); string(got) != string(want) {
-			t.Errorf("appendRecord:\n got %s\nwant %s", got, want)
+		if got, err := encodeRecord(&r); err != nil || string(got) != string(want) {
+			t.Errorf("encodeRecord:\n got %s (%v)\nwant %s", got, err, want)
 		}
 		if got, want := key(&r), fmt.Sprintf("%013d-%012d", r.Time.UnixMilli(), r.Seq); got != want {
 			t.Errorf("key = %q, want %q", got, want)

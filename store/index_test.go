@@ -10,11 +10,11 @@ import (
 
 // An effect is stored exactly as json.Marshal encodes it (its payload,
 // compact already, as it is): same bytes, whatever its strings and times.
-func TestAppendEffectIsJSONMarshal(t *testing.T) {
-	// appendEffect writes Effect's 9 fields by hand (the third case below
+func TestEncodeEffectIsJSONMarshal(t *testing.T) {
+	// encodeEffect writes Effect's 9 fields by hand (the third case below
 	// sets them all): a new field must be taught to it, and set here.
 	if n := reflect.TypeFor[Effect]().NumField(); n != 9 {
-		t.Fatalf("Effect has %d fields, appendEffect writes 9: add the new one to appendEffect and to this test", n)
+		t.Fatalf("Effect has %d fields, encodeEffect writes 9: add the new one to encodeEffect and to this test", n)
 	}
 	at := time.Date(2026, 12, 1, 11, 30, 5, 123456789, time.FixedZone("x", 5*3600+1800))
 	for _, e := range []Effect{
@@ -28,8 +28,8 @@ func TestAppendEffectIsJSONMarshal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := appendEffect(nil, &e); string(got) != string(want) {
-			t.Errorf("appendEffect:\n got %s\nwant %s", got, want)
+		if got, err := encodeEffect(&e); err != nil || string(got) != string(want) {
+			t.Errorf("encodeEffect:\n got %s (%v)\nwant %s", got, err, want)
 		}
 	}
 }
