@@ -8,6 +8,7 @@ import (
 	"github.com/roombridge/roombridge/approvals"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/threads"
 )
 
@@ -100,13 +101,31 @@ func TestTimeLeftUpdatesAndReminders(t *testing.T) {
 	}
 }
 
+// noticeTimers are the notice timers in the store, due or not.
+func (e *env) noticeTimers() []store.Timer {
+	e.t.Helper()
+	due, err := store.Due(e.ctx, e.db, approvals.NoticeKind, t0.AddDate(1, 0, 0), store.Timer{}, 100)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return due
+}
+
 // An approval settled before its reminder is never reminded of.
 func TestNoReminderOnceSettled(t *testing.T) {
 	e := newEnv(t)
 	r := e.ask(member, "backend", "deploy the backend")
 	e.clk.Set(t0.Add(2 * time.Hour))
+	if due := e.noticeTimers(); len(due) != 1 || e.approval(r.ID.String()).NoticeAt.IsZero() {
+		t.Fatalf("pending: notice timers %v, notice_at %v", due, e.approval(r.ID.String()).NoticeAt)
+	}
 	if _, err := e.appr.Decide(e.ctx, r.ID.String(), approvals.Deny, approver2, chat.Feishu); err != nil {
 		t.Fatal(err)
+	}
+	// The timer goes with the decision, and so does the record's due time
+	// of it (zero: none).
+	if due := e.noticeTimers(); len(due) != 0 || !e.approval(r.ID.String()).NoticeAt.IsZero() {
+		t.Fatalf("denied: notice timers %v, notice_at %v", due, e.approval(r.ID.String()).NoticeAt)
 	}
 	e.clk.Set(t0.Add(23*time.Hour + time.Minute))
 	if res := e.sweepOnce(); res.Notices != 0 {

@@ -67,6 +67,7 @@ func settle(a *Approval, to State, by, surface, reason string, now time.Time) (*
 func settleExcept(a *Approval, to State, by, surface, reason string, now time.Time, except string) (*settlement, error) {
 	after := *a
 	after.State, after.DecidedBy, after.Surface, after.DecidedAt = to, by, surface, now
+	after.NoticeAt = time.Time{} // its notice timer goes (moveNoticeTx)
 	if to == Answered {
 		after.Answer = reason
 	} else {

@@ -183,29 +183,34 @@ func (h *handle) seek(key []byte) ([]byte, bool) {
 	return v, k != nil && bytes.Equal(k, key)
 }
 
-// appendOnly names the buckets whose keys nearly only grow, so that their
-// pages are filled to the brim instead of bbolt's half (its default,
-// bbolt.DefaultFillPercent, suits keys inserted anywhere: a full page that
-// takes a key in its middle splits): the outbox's sequence numbers and the
-// audit log's time-ordered keys; the requests and approvals, keyed by
-// their IDs, whose daily counters grow (requests after their owner's
-// name: a few groups, each growing at its end; a permission or a question
-// goes right after its request's approval); and the indexes ordered by
-// those IDs or by times that grow with them, within a few groups too (the
-// expiry timers by kind, the states' index by state, the open approvals,
-// the inbox by room). Records rewritten in place (a request's every
-// transition) share a page with twice as many neighbours; one that grows
-// in a full page splits it (into a full page and a small one, where the
-// next rewrites have room). A sweep among 100,000 pending writes 0.62
-// pages an expiry instead of 0.81 with only the outbox and the audit log
-// filled (and 40 % fewer than with none: BenchmarkSweep, docs/perf.md),
-// and a file of 100,000 pending approvals takes 147 MiB instead of 271.
-// audit_by_request is not one of them: its keys group by request, of which
-// there are many.
-var appendOnly = map[string]bool{
-	"outbox": true, "audit": true,
-	"requests": true, "approvals": true,
-	"timers": true, "requests_by_state": true, "approvals_open": true, "approvals_inbox": true,
+// fill is how full bbolt packs the pages of the buckets whose keys nearly
+// only grow, instead of its half (bbolt.DefaultFillPercent suits keys
+// inserted anywhere: a full page that takes a key in its middle splits):
+// the outbox's sequence numbers and the audit log's time-ordered keys; the
+// requests and approvals, keyed by their IDs, whose daily counters grow
+// (requests after their owner's name: a few groups, each growing at its
+// end; a permission or a question goes right after its request's
+// approval); and the indexes ordered by those IDs or by times that grow
+// with them, within a few groups too (the expiry timers by kind, the
+// states' index by state, the open approvals, the inbox by room).
+//
+// A record rewritten in place that grows in a full page splits it. The
+// requests' pages keep a quarter free: a request grows by about a third
+// when it ends (its reason, its end time), so that a page of pending
+// requests, once they all ended, still fits one page instead of
+// splitting in two (10 and 3 of 13 in BenchmarkSweep). An approval grows
+// by more than half (its decision, its cards' copies): no free room
+// would spare it the split, so its pages are filled.
+//
+// Among 100,000 pending, a sweep writes 0.55 pages an expiry; 0.81 with
+// only the outbox and the audit log filled, 40 % more with none
+// (BenchmarkSweep, docs/perf.md). A file of 100,000 pending approvals
+// takes 157 MiB instead of 271. audit_by_request keeps bbolt's half: its
+// keys group by request, of which there are many.
+var fill = map[string]float64{
+	"outbox": 1, "audit": 1,
+	"requests": 0.75, "approvals": 1,
+	"timers": 1, "requests_by_state": 1, "approvals_open": 1, "approvals_inbox": 1,
 }
 
 // bucket returns bucket's handle, nil if it does not exist.
@@ -261,8 +266,8 @@ func (t *tx) Put(bucket, key string, value []byte) error {
 		t.buckets[bucket] = h
 	}
 	b := h.b
-	if appendOnly[bucket] {
-		b.FillPercent = 1
+	if f := fill[bucket]; f != 0 {
+		b.FillPercent = f
 	}
 	if value == nil {
 		value = []byte{}
