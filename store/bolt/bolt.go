@@ -83,18 +83,24 @@ func (d *DB) commit(batch []*store.Call) {
 		failed := -1
 		var failErr error
 		err := d.db.Update(func(btx *bbolt.Tx) error {
-			buckets := map[string]*handle{}
+			buckets, counters := map[string]*handle{}, map[string]uint64{}
 			for i, c := range batch {
 				if err := c.Ctx.Err(); err != nil {
 					failed, failErr = i, err
 					return errAbort
 				}
-				t := &tx{btx: btx, writable: true, buckets: buckets}
+				t := &tx{btx: btx, writable: true, buckets: buckets, counters: counters}
 				if err := c.Run(t); err != nil {
 					failed, failErr = i, err
 					return errAbort
 				}
 				c.Topics = t.topics
+			}
+			t := &tx{btx: btx, writable: true, buckets: buckets}
+			for name, v := range counters {
+				if err := store.WriteCounter(t, name, v); err != nil {
+					return err
+				}
 			}
 			return nil
 		})
@@ -162,6 +168,26 @@ type tx struct {
 	// buckets caches the bucket handles (a write transaction's shared by
 	// the calls of a commit: a sweep's expiry writes 13 keys).
 	buckets map[string]*handle
+	// counters holds the counters the calls of a commit changed, written
+	// once all ran (a call that fails rolls them back with the rest).
+	counters map[string]uint64
+}
+
+var _ store.CounterTx = (*tx)(nil)
+
+// Counter implements store.CounterTx.
+func (t *tx) Counter(name string) (uint64, bool) {
+	v, ok := t.counters[name]
+	return v, ok
+}
+
+// SetCounter implements store.CounterTx.
+func (t *tx) SetCounter(name string, v uint64) bool {
+	if t.counters == nil {
+		return false
+	}
+	t.counters[name] = v
+	return true
 }
 
 // handle is a bucket's handle in a transaction and a cursor on it, which

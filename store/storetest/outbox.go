@@ -26,7 +26,23 @@ func testSequences(t *testing.T, open func() store.Store) {
 			return nil
 		})
 	}
+	// Within one transaction, each number follows the last, which Seq
+	// tells (the bolt store holds them until the commit).
+	update(t, s, func(tx store.Tx) error {
+		for want := uint64(1); want <= 3; want++ {
+			if n, err := store.NextSeq(tx, "z"); err != nil || n != want {
+				t.Errorf("NextSeq in one transaction = %d, %v, want %d", n, err, want)
+			}
+			if n, err := store.Seq(tx, "z"); err != nil || n != want {
+				t.Errorf("Seq after NextSeq in one transaction = %d, %v, want %d", n, err, want)
+			}
+		}
+		return nil
+	})
 	view(t, s, func(tx store.Tx) error {
+		if n, _ := store.Seq(tx, "z"); n != 3 {
+			t.Errorf("Seq after the commit = %d, want 3", n)
+		}
 		if n, _ := store.Seq(tx, "x"); n != 3 {
 			t.Errorf("Seq = %d, want 3", n)
 		}
