@@ -199,7 +199,7 @@ func (e *env) open() {
 	e.th = threads.New(roomDir)
 	e.svc.AddObserver("threads", e.th.Observe)
 	e.appr = approvals.New(approvals.Options{Requests: e.svc, Rooms: roomDir, TTL: time.Hour, Threads: e.th})
-	e.svc.AddObserver("approvals", e.appr.Observe)
+	e.svc.AddObserver(approvals.ObserverName, e.appr.Observe)
 	e.router = rooms.New(e.svc, e.appr, roomDir, nil, slog.New(slog.DiscardHandler))
 }
 

@@ -322,6 +322,10 @@ func (s *Service) Get(ctx context.Context, id string) (*Approval, error) {
 	return a, err
 }
 
+// ObserverName is the name Observe is added under (requests.Service
+// AddObserver), which a requests.Change skips it by.
+const ObserverName = "approvals"
+
 // Observe is a requests.Observer: a request created pending gets its
 // approval (record, expiry timer, cards) in the transaction that creates it;
 // a request that ends, or whose cancel is asked, withdraws its pending

@@ -77,7 +77,7 @@ func TestSweepBatchFitsOneEtcdTxn(t *testing.T) {
 	th := threads.New(roomDir)
 	svc.AddObserver("threads", th.Observe)
 	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, TTL: time.Hour, Threads: th})
-	svc.AddObserver("approvals", appr.Observe)
+	svc.AddObserver(approvals.ObserverName, appr.Observe)
 	ctx := context.Background()
 	const n = 3*ttl.DefaultBatch + 1
 	long := strings.Repeat("x", 2000)
@@ -144,7 +144,7 @@ func TestSweepRechecksWhatChangedSinceItsRead(t *testing.T) {
 	th := threads.New(roomDir)
 	svc.AddObserver("threads", th.Observe)
 	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, TTL: time.Hour, Threads: th})
-	svc.AddObserver("approvals", appr.Observe)
+	svc.AddObserver(approvals.ObserverName, appr.Observe)
 	ctx := context.Background()
 	var rs []*requests.Request
 	for i := range 3 {

@@ -105,7 +105,7 @@ func fixture(top, b *testing.B, backend string, pending int) *benchFixture {
 	// Not-due approvals: no surfaces, so no cards queued.
 	plain := requests.NewService(db, clk, "acme", nil)
 	plainAppr := approvals.New(approvals.Options{Requests: plain, Rooms: directory.New(rs, nil), TTL: ttlDur})
-	plain.AddObserver("approvals", plainAppr.Observe)
+	plain.AddObserver(approvals.ObserverName, plainAppr.Observe)
 
 	// Due approvals, and the sweeps: with the thread and the approver's DM.
 	cards := requests.NewService(db, clk, "acme", nil)
@@ -113,7 +113,7 @@ func fixture(top, b *testing.B, backend string, pending int) *benchFixture {
 	th := threads.New(roomDir)
 	cards.AddObserver("threads", th.Observe)
 	appr := approvals.New(approvals.Options{Requests: cards, Rooms: roomDir, TTL: ttlDur, Threads: th})
-	cards.AddObserver("approvals", appr.Observe)
+	cards.AddObserver(approvals.ObserverName, appr.Observe)
 	sw, err := ttl.New(ttl.Options{Clock: clk}, appr)
 	if err != nil {
 		b.Fatal(err)

@@ -242,13 +242,21 @@ func (s *Service) expireTx(tx store.Tx, st *settlement) (*Approval, error) {
 // approval.
 func expiryChange(st *settlement) requests.Change {
 	reason := "not approved within " + Duration(st.before.TTL)
-	c := requests.Change{Event: requests.Expire, Actor: ActorTTL,
+	// This observer is skipped: it would withdraw the request's open
+	// approvals, and a pending request has one, this one, settled first
+	// (expireTx); its agent never ran, so asked for nothing.
+	c := requests.Change{Event: requests.Expire, Actor: ActorTTL, Skip: skipSelf,
 		Detail: expiryDetail(st.before), Mutate: func(r *requests.Request) { r.Reason = reason }}
 	if st.deferred != "" {
-		c.Skip = []string{threads.ObserverName} // EndedTx, at the expansion
+		c.Skip = skipBoth // and EndedTx, at the expansion
 	}
 	return c
 }
+
+var (
+	skipSelf = []string{ObserverName}
+	skipBoth = []string{ObserverName, threads.ObserverName}
+)
 
 // expiryDetail is the audit detail of a's expiry.
 func expiryDetail(a *Approval) string {

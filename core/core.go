@@ -244,7 +244,7 @@ func observers(b *Bridge) []observer {
 	return []observer{
 		{"metrics", b.met.Observe},
 		{threads.ObserverName, b.threads.Observe},
-		{"approvals", b.appr.Observe},
+		{approvals.ObserverName, b.appr.Observe},
 		{"delegation", b.del.Observe},
 	}
 }

@@ -44,7 +44,7 @@ func newRoomFixture(t *testing.T) *roomFixture {
 	f.th = threads.New(roomDir)
 	f.svc.AddObserver("threads", f.th.Observe)
 	f.appr = approvals.New(approvals.Options{Requests: f.svc, Rooms: roomDir, Threads: f.th, Log: f.log})
-	f.svc.AddObserver("approvals", f.appr.Observe)
+	f.svc.AddObserver(approvals.ObserverName, f.appr.Observe)
 	f.rt = rooms.New(f.svc, f.appr, roomDir, nil, f.log)
 	return f
 }

@@ -91,7 +91,7 @@ func newQEnv(t *testing.T) *qenv {
 	th := threads.New(roomDir)
 	svc.AddObserver("threads", th.Observe)
 	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, TTL: time.Hour, Threads: th})
-	svc.AddObserver("approvals", appr.Observe)
+	svc.AddObserver(approvals.ObserverName, appr.Observe)
 	del := delegation.New(delegation.Options{Requests: svc, Agents: []string{"coder", "reviewer"}, Workdir: dir, Threads: th})
 	svc.AddObserver("delegation", del.Observe)
 	sw, err := ttl.New(ttl.Options{Clock: clk}, appr, del)

@@ -60,7 +60,7 @@ func newEnv(t *testing.T, ags ...agents.Agent) *env {
 	th := threads.New(roomDir)
 	svc.AddObserver("threads", th.Observe)
 	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, TTL: time.Hour, Threads: th})
-	svc.AddObserver("approvals", appr.Observe)
+	svc.AddObserver(approvals.ObserverName, appr.Observe)
 	del := delegation.New(delegation.Options{Requests: svc, Agents: []string{"coder", "reviewer"}, Workdir: dir, Threads: th})
 	svc.AddObserver("delegation", del.Observe)
 	t.Cleanup(del.Wait)
