@@ -171,7 +171,7 @@ func (f *benchFixture) addDue(b *testing.B, n int) {
 // to expired with its audit record and queues the one effect that stands
 // for its thread's (the card's copy there, the outcome, the status line,
 // the retry offer: rendered when the outbox delivers it), in batched
-// transactions. The 1,000,000 fixture takes about 20 s and 1.4 GB to
+// transactions. The 1,000,000 fixture takes about 20 s and 1.5 GB to
 // build (once per size, in the temp dir): it runs only with
 // ROOMBRIDGE_BIG=1. median-ms, best-ms and worst-ms are of the sweeps;
 // cpu-ms is the median CPU time (user and system, the whole process) one
