@@ -13,9 +13,13 @@ import (
 	"github.com/roombridge/roombridge/internal/jsonx"
 )
 
+// BucketSeq is the counters' bucket (NextSeq, Seq). Its keys are few and
+// written by nearly every transaction (each audit record and outbox effect
+// counts): a backend may hold them until its commit (bolt does).
+const BucketSeq = "seq"
+
 // Buckets used by the indexes of this package.
 const (
-	bucketSeq     = "seq"
 	bucketTimers  = "timers"
 	bucketOutbox  = "outbox"
 	bucketCoalesc = "outbox_coalesce"
@@ -74,10 +78,9 @@ func nextSeqs(tx Tx, name string, n uint64) (uint64, error) {
 	}
 	first++
 	n += first - 1
-	if ct, ok := tx.(CounterTx); ok && ct.SetCounter(name, n) {
-		return first, nil
-	}
-	if err := WriteCounter(tx, name, n); err != nil {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], n)
+	if err := tx.Put(BucketSeq, name, b[:]); err != nil {
 		return 0, err
 	}
 	return first, nil
@@ -85,12 +88,7 @@ func nextSeqs(tx Tx, name string, n uint64) (uint64, error) {
 
 // Seq returns the named counter's current value (0 if never incremented).
 func Seq(tx Tx, name string) (uint64, error) {
-	if ct, ok := tx.(CounterTx); ok {
-		if v, ok := ct.Counter(name); ok {
-			return v, nil
-		}
-	}
-	b, err := tx.Get(bucketSeq, name)
+	b, err := tx.Get(BucketSeq, name)
 	if errors.Is(err, ErrNotFound) {
 		return 0, nil
 	}
@@ -101,29 +99,6 @@ func Seq(tx Tx, name string) (uint64, error) {
 		return 0, fmt.Errorf("store: counter %s: corrupt value", name)
 	}
 	return binary.BigEndian.Uint64(b), nil
-}
-
-// CounterTx is a Tx that holds the counters it changes in memory and writes
-// them (WriteCounter) when it commits: the bolt store's, whose single
-// writer runs many calls in one transaction, each audit record and outbox
-// effect of which counts (two counters a sweep's expiry: a read and a
-// write each, a fifth of its keys).
-type CounterTx interface {
-	Tx
-	// Counter is the named counter's value held in the transaction (ok
-	// false: none; it is the stored one).
-	Counter(name string) (v uint64, ok bool)
-	// SetCounter holds v as the named counter's value, to be written when
-	// the transaction commits, and tells whether it does (false: write it
-	// now).
-	SetCounter(name string, v uint64) bool
-}
-
-// WriteCounter stores v as the named counter's value.
-func WriteCounter(tx Tx, name string, v uint64) error {
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], v)
-	return tx.Put(bucketSeq, name, b[:])
 }
 
 // Timer is one entry of the expiry index: id of kind is due at Due.

@@ -83,7 +83,7 @@ func (d *DB) commit(batch []*store.Call) {
 		failed := -1
 		var failErr error
 		err := d.db.Update(func(btx *bbolt.Tx) error {
-			buckets, counters := map[string]*handle{}, map[string]uint64{}
+			buckets, counters := map[string]*handle{}, map[string][]byte{}
 			for i, c := range batch {
 				if err := c.Ctx.Err(); err != nil {
 					failed, failErr = i, err
@@ -96,13 +96,7 @@ func (d *DB) commit(batch []*store.Call) {
 				}
 				c.Topics = t.topics
 			}
-			t := &tx{btx: btx, writable: true, buckets: buckets}
-			for name, v := range counters {
-				if err := store.WriteCounter(t, name, v); err != nil {
-					return err
-				}
-			}
-			return nil
+			return (&tx{btx: btx, writable: true, buckets: buckets, counters: counters}).flushCounters()
 		})
 		if errors.Is(err, errAbort) {
 			batch[failed].Done(failErr)
@@ -168,26 +162,41 @@ type tx struct {
 	// buckets caches the bucket handles (a write transaction's shared by
 	// the calls of a commit: a sweep's expiry writes 13 keys).
 	buckets map[string]*handle
-	// counters holds the counters the calls of a commit changed, written
-	// once all ran (a call that fails rolls them back with the rest).
-	counters map[string]uint64
+	// counters holds the values the calls of a commit put in
+	// store.BucketSeq (nil: a View's), which its Get, Equal and Scan see,
+	// written once all ran (flushCounters): each audit record and outbox
+	// effect counts, and a sweep's expiry read and wrote two counters, 4
+	// of its 18 keys. A call that fails rolls them back with the rest.
+	counters map[string][]byte
 }
 
-var _ store.CounterTx = (*tx)(nil)
-
-// Counter implements store.CounterTx.
-func (t *tx) Counter(name string) (uint64, bool) {
-	v, ok := t.counters[name]
-	return v, ok
+// holds tells whether bucket's key is one t holds until the commit (or
+// would: a key bbolt refuses is put at once, failing its call alone).
+func (t *tx) holds(bucket, key string) bool {
+	return t.counters != nil && bucket == store.BucketSeq && key != "" && len(key) <= bbolt.MaxKeySize
 }
 
-// SetCounter implements store.CounterTx.
-func (t *tx) SetCounter(name string, v uint64) bool {
-	if t.counters == nil {
-		return false
+// flushCounters writes the counters t holds.
+func (t *tx) flushCounters() error {
+	if len(t.counters) == 0 {
+		return nil
 	}
-	t.counters[name] = v
-	return true
+	h := t.bucket(store.BucketSeq)
+	if h == nil {
+		b, err := t.btx.CreateBucket([]byte(store.BucketSeq))
+		if err != nil {
+			return fmt.Errorf("store: bolt: bucket %s: %w", store.BucketSeq, err)
+		}
+		h = &handle{b: b}
+		t.buckets[store.BucketSeq] = h
+	}
+	for k, v := range t.counters {
+		if err := h.b.Put([]byte(k), v); err != nil {
+			return fmt.Errorf("store: bolt: put %s/%s: %w", store.BucketSeq, k, err)
+		}
+	}
+	clear(t.counters)
+	return nil
 }
 
 // handle is a bucket's handle in a transaction and a cursor on it, which
@@ -272,6 +281,11 @@ func (t *tx) Equal(bucket, key string, want []byte) (bool, error) {
 
 // value is the value of key in bucket, valid until tx changes it or ends.
 func (t *tx) value(bucket, key string) ([]byte, error) {
+	if t.holds(bucket, key) {
+		if v, ok := t.counters[key]; ok {
+			return v, nil
+		}
+	}
 	h := t.bucket(bucket)
 	if h == nil {
 		return nil, store.ErrNotFound
@@ -284,6 +298,10 @@ func (t *tx) value(bucket, key string) ([]byte, error) {
 }
 
 func (t *tx) Put(bucket, key string, value []byte) error {
+	if t.holds(bucket, key) {
+		t.counters[key] = append([]byte{}, value...)
+		return nil
+	}
 	h := t.bucket(bucket)
 	if h == nil {
 		b, err := t.btx.CreateBucket([]byte(bucket))
@@ -307,6 +325,9 @@ func (t *tx) Put(bucket, key string, value []byte) error {
 }
 
 func (t *tx) Delete(bucket, key string) error {
+	if t.holds(bucket, key) {
+		delete(t.counters, key)
+	}
 	h := t.bucket(bucket)
 	if h == nil {
 		return nil
@@ -321,6 +342,11 @@ func (t *tx) Delete(bucket, key string) error {
 }
 
 func (t *tx) Scan(bucket, from, to string, fn func(string, []byte) error) error {
+	if bucket == store.BucketSeq {
+		if err := t.flushCounters(); err != nil {
+			return err
+		}
+	}
 	h := t.bucket(bucket)
 	if h == nil {
 		return nil

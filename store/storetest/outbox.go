@@ -37,11 +37,22 @@ func testSequences(t *testing.T, open func() store.Store) {
 				t.Errorf("Seq after NextSeq in one transaction = %d, %v, want %d", n, err, want)
 			}
 		}
+		// A scan of the counters' bucket sees them too.
+		var seen []string
+		if err := tx.Scan(store.BucketSeq, "z", "z\x00", func(k string, v []byte) error {
+			seen = append(seen, fmt.Sprintf("%s=%x", k, v))
+			return nil
+		}); err != nil || len(seen) != 1 || seen[0] != "z=0000000000000003" {
+			t.Errorf("scan of the counters in the transaction: %v, %v", seen, err)
+		}
+		if n, err := store.NextSeq(tx, "z"); err != nil || n != 4 {
+			t.Errorf("NextSeq after the scan = %d, %v, want 4", n, err)
+		}
 		return nil
 	})
 	view(t, s, func(tx store.Tx) error {
-		if n, _ := store.Seq(tx, "z"); n != 3 {
-			t.Errorf("Seq after the commit = %d, want 3", n)
+		if n, _ := store.Seq(tx, "z"); n != 4 {
+			t.Errorf("Seq after the commit = %d, want 4", n)
 		}
 		if n, _ := store.Seq(tx, "x"); n != 3 {
 			t.Errorf("Seq = %d, want 3", n)
