@@ -178,21 +178,9 @@ func (t *tx) holds(bucket, key string) bool {
 
 // flushCounters writes the counters t holds.
 func (t *tx) flushCounters() error {
-	if len(t.counters) == 0 {
-		return nil
-	}
-	h := t.bucket(store.BucketSeq)
-	if h == nil {
-		b, err := t.btx.CreateBucket([]byte(store.BucketSeq))
-		if err != nil {
-			return fmt.Errorf("store: bolt: bucket %s: %w", store.BucketSeq, err)
-		}
-		h = &handle{b: b}
-		t.buckets[store.BucketSeq] = h
-	}
 	for k, v := range t.counters {
-		if err := h.b.Put([]byte(k), v); err != nil {
-			return fmt.Errorf("store: bolt: put %s/%s: %w", store.BucketSeq, k, err)
+		if err := t.put(store.BucketSeq, k, v); err != nil {
+			return err
 		}
 	}
 	clear(t.counters)
@@ -302,6 +290,11 @@ func (t *tx) Put(bucket, key string, value []byte) error {
 		t.counters[key] = append([]byte{}, value...)
 		return nil
 	}
+	return t.put(bucket, key, value)
+}
+
+// put writes key in bucket (created when needed) through bbolt.
+func (t *tx) put(bucket, key string, value []byte) error {
 	h := t.bucket(bucket)
 	if h == nil {
 		b, err := t.btx.CreateBucket([]byte(bucket))
