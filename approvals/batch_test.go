@@ -18,6 +18,7 @@ import (
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/store/bolt"
+	"github.com/roombridge/roombridge/store/etcd"
 	"github.com/roombridge/roombridge/threads"
 	"github.com/roombridge/roombridge/ttl"
 )
@@ -59,27 +60,57 @@ func (c *counting) Update(ctx context.Context, fn func(store.Tx) error) error {
 	})
 }
 
-// A sweep batch of ttl.DefaultBatch expiries, of approvals with cards on two
-// surfaces and long texts, fits one etcd Txn (127 writes, 1 MiB), and the
-// sweep expires them all with their cards and audit records.
+// etcdSized is the counting store with etcd's default bound on the keys
+// one transaction writes (store/etcd's MaxWrites).
+type etcdSized struct{ *counting }
+
+func (etcdSized) MaxWrites() int { return etcd.DefaultMaxTxnOps - 1 }
+
+// A sweep batch of MaxBatch expiries, of approvals with cards on two
+// surfaces and long texts, fits one etcd Txn (127 writes, 1 MiB) on a
+// store bounded like etcd; on bolt, which bounds nothing, batches are 16.
+// The sweep expires them all with their cards and audit records.
 func TestSweepBatchFitsOneEtcdTxn(t *testing.T) {
-	db, err := bolt.Open(filepath.Join(t.TempDir(), "bridge.db"))
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name  string
+		etcd  bool
+		batch int
+	}{{"etcd", true, 4}, {"bolt", false, 16}} {
+		t.Run(c.name, func(t *testing.T) {
+			db, err := bolt.Open(filepath.Join(t.TempDir(), "bridge.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			cs := &counting{DB: db}
+			var st store.Store = cs
+			if c.etcd {
+				st = etcdSized{cs}
+			}
+			expireBatches(t, st, cs, c.batch)
+		})
 	}
-	defer db.Close()
-	cs := &counting{DB: db}
+}
+
+// expireBatches creates 3 batches and one more of approvals on st (cs
+// counting its writes) and sweeps them at once, checking that appr's
+// batches are of batch expiries and fit an etcd Txn where st is bounded
+// like etcd.
+func expireBatches(t *testing.T, st store.Store, cs *counting, batch int) {
 	clk := clock.NewFake(t0)
 	rs := []config.Room{{Name: "backend", SlackChannel: "C1", FeishuChat: "oc_1", Agents: []string{"coder"},
 		Approvers: []string{"slack:UAPPROVER", "feishu:ou_approver"}}}
 	roomDir := directory.New(rs, nil, chat.Slack, chat.Feishu)
-	svc := requests.NewService(cs, clk, "acme", nil)
+	svc := requests.NewService(st, clk, "acme", nil)
 	th := threads.New(roomDir)
 	svc.AddObserver("threads", th.Observe)
 	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, TTL: time.Hour, Threads: th})
 	svc.AddObserver(approvals.ObserverName, appr.Observe)
+	if appr.MaxBatch() != batch {
+		t.Fatalf("MaxBatch = %d, want %d", appr.MaxBatch(), batch)
+	}
 	ctx := context.Background()
-	const n = 3*ttl.DefaultBatch + 1
+	n := 3*batch + 1
 	long := strings.Repeat("x", 2000)
 	for i := range n {
 		if _, err := svc.Create(ctx, requests.Ask{Agent: "coder", Room: "backend", Surface: chat.Slack,
@@ -97,10 +128,13 @@ func TestSweepBatchFitsOneEtcdTxn(t *testing.T) {
 	if err != nil || res.Expired != n {
 		t.Fatalf("sweep: %+v, %v; want %d expired", res, err, n)
 	}
-	if cs.maxKeys > 127 || cs.maxBytes > 1<<20 {
+	t.Logf("largest batch: %d keys, %d bytes", cs.maxKeys, cs.maxBytes)
+	if _, bounded := st.(etcdSized); bounded && (cs.maxKeys > 127 || cs.maxBytes > 1<<20) {
 		t.Errorf("a batch wrote %d keys, %d bytes: over an etcd Txn (127 writes, 1 MiB)", cs.maxKeys, cs.maxBytes)
 	}
-	t.Logf("largest batch: %d keys, %d bytes", cs.maxKeys, cs.maxBytes)
+	if perExpiry := 13; cs.maxKeys < batch*perExpiry {
+		t.Errorf("the largest batch wrote %d keys: fewer than %d expiries of %d", cs.maxKeys, batch, perExpiry)
+	}
 	rs2, err := svc.List(ctx, requests.Filter{State: requests.Expired})
 	if err != nil || len(rs2) != n {
 		t.Errorf("%d expired requests (%v), want %d", len(rs2), err, n)

@@ -28,8 +28,8 @@ func (s *Service) Expire(ctx context.Context, t store.Timer, now time.Time) (boo
 
 // ExpireBatch is Expire for every timer of ts in one transaction (with the
 // card updates and audit records of each): expired[i] tells whether ts[i]
-// was expired. It makes the Service a ttl.BatchExpirer; the sweeper bounds
-// len(ts) so that the transaction fits the store's limits.
+// was expired. The sweeper bounds len(ts) by MaxBatch, so that the
+// transaction fits the store's limits.
 func (s *Service) ExpireBatch(ctx context.Context, ts []store.Timer, now time.Time) ([]bool, error) {
 	now = now.UTC()
 	// Read the approvals and prepare their expiries before the write
@@ -62,6 +62,36 @@ func (s *Service) ExpireBatch(ctx context.Context, ts []store.Timer, now time.Ti
 		return nil, fmt.Errorf("approvals: expire %s: %w", batchName(ts), err)
 	}
 	return expired, nil
+}
+
+// Sizes of the sweep's batches (MaxBatch).
+const (
+	// expiryWrites bounds the keys one expiry writes: about 13 (the
+	// approval, its two timers and two open indexes, the request and its
+	// state index, the audit record and its index, one effect for the
+	// request's thread, the counters), and one effect for each copy of
+	// its card outside that thread; 30 leaves room for many copies.
+	expiryWrites = 30
+	// maxBatch bounds a batch on any store: on bolt, which bounds no
+	// transaction, 16 expiries a call of its group commit took a fifth
+	// less time a sweep than 4 (fewer reads, calls and commits:
+	// BenchmarkSweep, docs/perf.md); a batch refused as a whole is
+	// expired again one by one, and more would make that dearer.
+	maxBatch = 16
+)
+
+// writeLimiter is a store that bounds the keys one transaction writes
+// (store/etcd: its Txn's ops).
+type writeLimiter interface{ MaxWrites() int }
+
+// MaxBatch is how many expiries one ExpireBatch makes at most: as many as
+// fit one transaction of the store (4 in etcd's default 128 ops a Txn),
+// at most maxBatch. It makes the Service a ttl.BatchExpirer.
+func (s *Service) MaxBatch() int {
+	if l, ok := s.store.(writeLimiter); ok {
+		return max(1, min(maxBatch, l.MaxWrites()/expiryWrites))
+	}
+	return maxBatch
 }
 
 // batchName names a batch of timers in errors: its first ID and its size.

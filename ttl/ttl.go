@@ -36,33 +36,29 @@ type Expirer interface {
 
 // BatchExpirer is an Expirer that can expire several items in one
 // transaction (approvals): the sweeper hands it batches of at most
-// Options.Batch timers, and expires the items of a failed batch one by one,
-// so that one bad item never holds back the others.
+// MaxBatch timers (fewer if Options.Batch says so), and expires the items
+// of a failed batch one by one, so that one bad item never holds back the
+// others.
 type BatchExpirer interface {
 	Expirer
 	// ExpireBatch does what Expire does for each timer of ts, all in one
 	// transaction: expired[i] tells whether ts[i] was expired.
 	ExpireBatch(ctx context.Context, ts []store.Timer, now time.Time) (expired []bool, err error)
+	// MaxBatch is how many timers one ExpireBatch takes at most: what one
+	// transaction of the expirer's store holds (etcd bounds a Txn's
+	// writes; bolt does not, but a batch is one call of its group commit).
+	MaxBatch() int
 }
 
 // Defaults of Options.
 const (
 	// DefaultPage is how many due timers one range read returns.
 	DefaultPage = 1024
-	// DefaultParallel is how many expiries are in flight at once: enough for
-	// the store to group-commit them (bolt shares one fsync between up to
-	// 256 concurrent updates; etcd packs them into few Txns).
+	// DefaultParallel is how many batches (or single expiries) are in
+	// flight at once: enough for the store to group-commit them (bolt
+	// shares one fsync between up to 256 concurrent updates; etcd packs
+	// them into few Txns).
 	DefaultParallel = 256
-	// DefaultBatch is how many expiries a BatchExpirer makes in one
-	// transaction. An approval's expiry writes about 13 keys (approval,
-	// timers, request and its indexes, the audit record, one effect for
-	// its request's thread and one for each card copy elsewhere), so 4 fit
-	// etcd's 127 writes per Txn with room for copies on other surfaces,
-	// and its 1 MiB unless the asks are long: a batch the store refuses as
-	// too large is expired one by one (store/etcd never splits a Txn). The
-	// store's group commit then packs the batches in flight into few
-	// commits (bolt) or Txns (etcd); 8 a batch was no faster on either.
-	DefaultBatch = 4
 )
 
 // Options configure a Sweeper.
@@ -74,8 +70,9 @@ type Options struct {
 	Clock clock.Clock
 	// Log defaults to discarding.
 	Log *slog.Logger
-	// Page, Parallel and Batch tune a sweep (defaults DefaultPage,
-	// DefaultParallel, DefaultBatch); Parallel counts batches in flight.
+	// Page and Parallel tune a sweep (defaults DefaultPage and
+	// DefaultParallel); Parallel counts batches in flight. Batch, if set,
+	// bounds a BatchExpirer's batches below its MaxBatch.
 	Page, Parallel, Batch int
 	// OnSweep, if set, is told what each sweep did (metrics).
 	OnSweep func(Result)
@@ -133,9 +130,6 @@ func New(o Options, expirers ...Expirer) (*Sweeper, error) {
 	}
 	if o.Parallel <= 0 {
 		o.Parallel = DefaultParallel
-	}
-	if o.Batch <= 0 {
-		o.Batch = DefaultBatch
 	}
 	return &Sweeper{o: o, sched: sched, expirers: expirers, log: o.Log}, nil
 }
@@ -333,11 +327,14 @@ func (s *Sweeper) sweep(ctx context.Context, e Expirer, now time.Time, res *Resu
 }
 
 // batches cuts todo into the units the sweep expires: batches of at most
-// Options.Batch for a BatchExpirer, single timers otherwise.
+// MaxBatch (and Options.Batch) for a BatchExpirer, single timers otherwise.
 func (s *Sweeper) batches(e Expirer, todo []store.Timer) [][]store.Timer {
 	n := 1
-	if _, ok := e.(BatchExpirer); ok {
-		n = s.o.Batch
+	if be, ok := e.(BatchExpirer); ok {
+		n = max(1, be.MaxBatch())
+		if s.o.Batch > 0 {
+			n = min(n, s.o.Batch)
+		}
 	}
 	var out [][]store.Timer
 	for len(todo) > 0 {

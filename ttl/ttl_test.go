@@ -213,10 +213,19 @@ func TestStartRecoversPanicsAndStops(t *testing.T) {
 }
 
 // batchFake is a fakeExpirer that also expires in batches, all or nothing
-// (as one transaction does), recording each batch's size.
+// (as one transaction does), of at most max timers (0: any), recording
+// each batch's size.
 type batchFake struct {
 	*fakeExpirer
+	max   int
 	sizes []int
+}
+
+func (f *batchFake) MaxBatch() int {
+	if f.max == 0 {
+		return 1 << 20
+	}
+	return f.max
 }
 
 func (f *batchFake) ExpireBatch(_ context.Context, ts []store.Timer, _ time.Time) ([]bool, error) {
@@ -261,5 +270,28 @@ func TestSweepBatchesAndIsolatesAFailedBatch(t *testing.T) {
 	}
 	if len(f.sizes) > 100/8+100/30+2 || batched < 100 {
 		t.Errorf("batches %v: want the 100 timers in batches of up to 8", f.sizes)
+	}
+}
+
+// A BatchExpirer's batches are of its MaxBatch, fewer only where
+// Options.Batch says so.
+func TestSweepBatchesByMaxBatch(t *testing.T) {
+	for _, c := range []struct{ max, opt, want int }{{5, 0, 5}, {5, 8, 5}, {5, 3, 3}} {
+		f := &batchFake{fakeExpirer: newFake(40, t0), max: c.max}
+		s, err := ttl.New(ttl.Options{Clock: clock.NewFake(t0), Page: 40, Parallel: 1, Batch: c.opt}, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := s.SweepOnce(context.Background()); err != nil || res.Expired != 40 {
+			t.Fatalf("sweep: %+v, %v", res, err)
+		}
+		f.mu.Lock()
+		for i, n := range f.sizes {
+			if n != c.want && (n > c.want || i != len(f.sizes)-1) {
+				t.Errorf("MaxBatch %d, Options.Batch %d: batches %v, want %d each", c.max, c.opt, f.sizes, c.want)
+				break
+			}
+		}
+		f.mu.Unlock()
 	}
 }

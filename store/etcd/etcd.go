@@ -192,6 +192,12 @@ func New(cli *clientv3.Client, o Options) (*Store, error) {
 // Client returns the etcd client the store uses.
 func (s *Store) Client() *clientv3.Client { return s.cli }
 
+// MaxWrites is how many keys one Update may write: a Txn's ops less the
+// one a fenced Txn spends on the election key. An Update that writes more
+// is refused (ErrTooLarge); callers that batch work size their batches by
+// it (the sweep's).
+func (s *Store) MaxWrites() int { return s.opt.MaxTxnOps - 1 }
+
 // Update implements store.Store. Once queued, a call is answered:
 // committed, refused, or (if every caller of its group gave up while etcd did
 // not answer) "outcome unknown".

@@ -208,6 +208,39 @@ func TestFence(t *testing.T) {
 	})
 }
 
+// TestMaxWritesFitsAFencedTxn: an Update of MaxWrites keys commits on a
+// fenced store, whose Txns also read the election key; one more is
+// refused.
+func TestMaxWritesFitsAFencedTxn(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	ctx := context.Background()
+	put, err := cli.Put(ctx, "/election/a", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, cli, etcd.Options{Fence: &keyFence{key: "/election/a", rev: put.Header.Revision}, MaxTxnOps: 16})
+	if s.MaxWrites() != 15 {
+		t.Fatalf("MaxWrites = %d with 16 ops a Txn, want 15", s.MaxWrites())
+	}
+	write := func(n int) error {
+		return s.Update(ctx, func(tx store.Tx) error {
+			for i := range n {
+				if err := tx.Put(fmt.Sprintf("b%d", n), fmt.Sprint(i), nil); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := write(s.MaxWrites()); err != nil {
+		t.Fatalf("Update of MaxWrites keys: %v", err)
+	}
+	if err := write(s.MaxWrites() + 1); !errors.Is(err, store.ErrTooLarge) {
+		t.Fatalf("Update of MaxWrites+1 keys: %v, want ErrTooLarge", err)
+	}
+}
+
 // TestReadCompares: when another writer changes a key or a scanned range
 // between the transaction's read and its commit, the commit is refused by
 // the read compares and the transaction runs again on fresh data: no update
