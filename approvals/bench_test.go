@@ -176,7 +176,11 @@ func (f *benchFixture) addDue(b *testing.B, n int) {
 // ROOMBRIDGE_BIG=1. median-ms, best-ms and worst-ms are of the sweeps;
 // cpu-ms is the median CPU time (user and system, the whole process) one
 // sweep took, which a loaded machine inflates less than the wall time;
-// pages/expiry is what bbolt wrote per expiry (bolt only);
+// pages/expiry is what bbolt wrote per expiry (bolt only); write-wait-ms
+// is the longest a lone small Update, made one after the other during
+// each sweep, took (what another writer, an inbound event, waits behind
+// the sweep's commits), the worst of the sweeps' (none when nothing is
+// due);
 // SWEEP_PROFILE=file writes a CPU profile of the last timed sweep only.
 func BenchmarkSweep(b *testing.B) {
 	cases := []sweepCase{
@@ -212,6 +216,7 @@ func benchSweep(top *testing.B, backend string, cases []sweepCase) {
 			var expired int
 			var pages int64
 			var took, cpu []time.Duration
+			var wait time.Duration
 			profile := os.Getenv("SWEEP_PROFILE")
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -227,8 +232,11 @@ func benchSweep(top *testing.B, backend string, cases []sweepCase) {
 				b.StartTimer()
 				p0 := f.pagesWritten()
 				c0, t0 := cpuTime(), time.Now()
+				probed := probeWrites(f.db, c.due > 0)
 				res, err := f.sweep.SweepOnce(ctx)
 				took, cpu = append(took, time.Since(t0)), append(cpu, cpuTime()-c0)
+				w, perr := probed()
+				wait = max(wait, w)
 				pages += f.pagesWritten() - p0
 				b.StopTimer()
 				if prof != nil {
@@ -236,6 +244,9 @@ func benchSweep(top *testing.B, backend string, cases []sweepCase) {
 					_ = prof.Close()
 				}
 				b.StartTimer()
+				if err == nil {
+					err = perr
+				}
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -249,6 +260,7 @@ func benchSweep(top *testing.B, backend string, cases []sweepCase) {
 			b.ReportMetric(ms(took[len(took)/2]), "median-ms")
 			b.ReportMetric(ms(took[0]), "best-ms")
 			b.ReportMetric(ms(took[len(took)-1]), "worst-ms")
+			b.ReportMetric(ms(wait), "write-wait-ms")
 			slices.Sort(cpu)
 			b.ReportMetric(ms(cpu[len(cpu)/2]), "cpu-ms")
 			if _, ok := f.db.(*bolt.DB); ok && expired > 0 {
@@ -256,6 +268,36 @@ func benchSweep(top *testing.B, backend string, cases []sweepCase) {
 			}
 		})
 	}
+}
+
+// probeWrites makes small Updates of db, one after the other, until the
+// func it returns is called, which returns the longest one took (and the
+// first error); none unless on.
+func probeWrites(db store.Store, on bool) func() (time.Duration, error) {
+	stop := make(chan struct{})
+	var worst time.Duration
+	var err error
+	done := make(chan struct{})
+	if !on {
+		close(done)
+		return func() (time.Duration, error) { return 0, nil }
+	}
+	go func() {
+		defer close(done)
+		for i := 0; err == nil; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			t0 := time.Now()
+			err = db.Update(context.Background(), func(tx store.Tx) error {
+				return tx.Put("bench_probe", strconv.Itoa(i%16), []byte("x"))
+			})
+			worst = max(worst, time.Since(t0))
+		}
+	}()
+	return func() (time.Duration, error) { close(stop); <-done; return worst, err }
 }
 
 // pagesWritten is how many pages the bolt store has written so far (0 on
