@@ -158,6 +158,17 @@ type keyFence struct {
 	lost atomic.Int64
 }
 
+// newFence creates the election key /election/a and returns the fence of
+// its term.
+func newFence(t *testing.T, cli *clientv3.Client) *keyFence {
+	t.Helper()
+	put, err := cli.Put(context.Background(), "/election/a", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &keyFence{key: "/election/a", rev: put.Header.Revision}
+}
+
 func (f *keyFence) Term() (string, int64, bool) { return f.key, f.rev, f.lost.Load() == 0 }
 func (f *keyFence) Unsure() bool                { return false }
 func (f *keyFence) Lost(key string, rev int64) {
@@ -173,11 +184,7 @@ func TestFence(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
 	ctx := context.Background()
-	put, err := cli.Put(ctx, "/election/a", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &keyFence{key: "/election/a", rev: put.Header.Revision}
+	f := newFence(t, cli)
 	s := open(t, cli, etcd.Options{Fence: f})
 	if err := s.Update(ctx, func(tx store.Tx) error { return tx.Put("b", "k", []byte("1")) }); err != nil {
 		t.Fatalf("fenced write while leading: %v", err)
@@ -189,7 +196,7 @@ func TestFence(t *testing.T) {
 	if _, err := cli.Put(ctx, f.key, ""); err != nil {
 		t.Fatal(err)
 	}
-	err = s.Update(ctx, func(tx store.Tx) error { return tx.Put("b", "k", []byte("2")) })
+	err := s.Update(ctx, func(tx store.Tx) error { return tx.Put("b", "k", []byte("2")) })
 	if !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("write after the term ended: %v, want ErrFenced", err)
 	}
@@ -215,11 +222,7 @@ func TestMaxWritesFitsAFencedTxn(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
 	ctx := context.Background()
-	put, err := cli.Put(ctx, "/election/a", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := open(t, cli, etcd.Options{Fence: &keyFence{key: "/election/a", rev: put.Header.Revision}, MaxTxnOps: 16})
+	s := open(t, cli, etcd.Options{Fence: newFence(t, cli), MaxTxnOps: 16})
 	if s.MaxWrites() != 15 {
 		t.Fatalf("MaxWrites = %d with 16 ops a Txn, want 15", s.MaxWrites())
 	}
@@ -315,11 +318,7 @@ func TestEmptyUpdateIsFenced(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
 	ctx := context.Background()
-	put, err := cli.Put(ctx, "/election/a", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &keyFence{key: "/election/a", rev: put.Header.Revision}
+	f := newFence(t, cli)
 	s := open(t, cli, etcd.Options{Fence: f})
 	noop := func(store.Tx) error { return nil }
 	if err := s.Update(ctx, noop); err != nil {
