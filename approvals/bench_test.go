@@ -274,14 +274,12 @@ func benchSweep(top *testing.B, backend string, cases []sweepCase) {
 // func it returns is called, which returns the longest one took (and the
 // first error); none unless on.
 func probeWrites(db store.Store, on bool) func() (time.Duration, error) {
-	stop := make(chan struct{})
-	var worst time.Duration
-	var err error
-	done := make(chan struct{})
 	if !on {
-		close(done)
 		return func() (time.Duration, error) { return 0, nil }
 	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	var worst time.Duration
+	var err error
 	go func() {
 		defer close(done)
 		for i := 0; err == nil; i++ {
