@@ -2,6 +2,7 @@ package approvals
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/roombridge/roombridge/internal/jsonx"
 )
@@ -68,4 +69,92 @@ func (a *Approval) appendCopies(b []byte) []byte {
 		b = append(jsonx.AppendString(append(b, `,"ref":`...), c.Ref), '}')
 	}
 	return append(b, ']')
+}
+
+// DecodeRecord reads a record encode wrote, without reflection, and
+// reports whether it could: store.Decode decodes any other form (and
+// gives the same value for these) with the general decoder, so that a
+// sweep decodes its approvals in a fraction of the time. a must be zero;
+// it is left zero when DecodeRecord reports false.
+func (a *Approval) DecodeRecord(b []byte) bool {
+	f := jsonx.ReadFields(b)
+	f.Object(func(name string) { a.decodeField(&f, name) })
+	if !f.Ok() {
+		*a = Approval{}
+		return false
+	}
+	return true
+}
+
+func (a *Approval) decodeField(f *jsonx.Fields, name string) {
+	switch name {
+	case "id":
+		a.ID = f.String()
+	case "kind":
+		a.Kind = Kind(f.String())
+	case "request_id":
+		f.Text(&a.RequestID)
+	case "root":
+		f.Text(&a.Root)
+	case "root_room":
+		a.RootRoom = f.String()
+	case "room":
+		a.Room = f.String()
+	case "agent":
+		a.Agent = f.String()
+	case "requester":
+		a.Requester = f.String()
+	case "action":
+		a.Action = f.String()
+	case "asker":
+		a.Asker = f.String()
+	case "state":
+		a.State = State(f.String())
+	case "version":
+		a.Version = f.Int()
+	case "decided_by":
+		a.DecidedBy = f.String()
+	case "surface":
+		a.Surface = f.String()
+	case "decided_at":
+		a.DecidedAt = f.Time()
+	case "answer":
+		a.Answer = f.String()
+	case "reason":
+		a.Reason = f.String()
+	case "created":
+		a.Created = f.Time()
+	case "expires_at":
+		a.ExpiresAt = f.Time()
+	case "ttl":
+		a.TTL = time.Duration(f.Int())
+	case "shown_at":
+		a.ShownAt = f.Time()
+	case "notice_at":
+		a.NoticeAt = f.Time()
+	case "reminded_at":
+		a.RemindedAt = f.Time()
+	case "link":
+		a.Link = f.String()
+	case "copies":
+		a.Copies = make([]Copy, 0, 2)
+		f.Array(func() {
+			var c Copy
+			f.Object(func(name string) {
+				switch name {
+				case "surface":
+					c.Surface = f.String()
+				case "request":
+					c.Request = f.String()
+				case "ref":
+					c.Ref = f.String()
+				default:
+					f.Fail()
+				}
+			})
+			a.Copies = append(a.Copies, c)
+		})
+	default:
+		f.Fail()
+	}
 }

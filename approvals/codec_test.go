@@ -71,3 +71,24 @@ func TestInboxKeyIsWhatFmtWrote(t *testing.T) {
 		}
 	})
 }
+
+// TestDecodeRecordIsUnmarshal: every record encode writes is decoded
+// without reflection (DecodeRecord, store.Decode's fast path) into the
+// value json.Unmarshal gives.
+func TestDecodeRecordIsUnmarshal(t *testing.T) {
+	jsonxtest.DecodesAsUnmarshal(t, genApproval(false), approvals.Encode, (*approvals.Approval).DecodeRecord)
+}
+
+// FuzzDecodeRecord: whatever DecodeRecord decodes, json.Unmarshal decodes
+// into the same value; what it does not decode, it leaves zero (for
+// store.Decode to decode with the general decoder).
+func FuzzDecodeRecord(f *testing.F) {
+	var seeds [][]byte
+	for seed := range 8 {
+		a := genApproval(seed%2 == 0).Example(seed)
+		if b, err := approvals.Encode(&a); err == nil {
+			seeds = append(seeds, b)
+		}
+	}
+	jsonxtest.FuzzDecoder(f, seeds, (*approvals.Approval).DecodeRecord)
+}

@@ -62,3 +62,78 @@ func (r *Request) appendReferences(b []byte) []byte {
 	}
 	return append(b, ']')
 }
+
+// DecodeRecord reads a record encode wrote, without reflection, and
+// reports whether it could: store.Decode decodes any other form (and
+// gives the same value for these) with the general decoder. A record
+// with usage (its dollar figure a float) is left to it. r must be zero;
+// it is left zero when DecodeRecord reports false.
+func (r *Request) DecodeRecord(b []byte) bool {
+	f := jsonx.ReadFields(b)
+	f.Object(func(name string) { r.decodeField(&f, name) })
+	if !f.Ok() {
+		*r = Request{}
+		return false
+	}
+	return true
+}
+
+func (r *Request) decodeField(f *jsonx.Fields, name string) {
+	switch name {
+	case "id":
+		f.Text(&r.ID)
+	case "owner":
+		r.Owner = f.String()
+	case "agent":
+		r.Agent = f.String()
+	case "room":
+		r.Room = f.String()
+	case "surface":
+		r.Surface = f.String()
+	case "requester":
+		r.Requester = f.String()
+	case "ask":
+		r.Ask = f.String()
+	case "state":
+		f.Text(&r.State)
+	case "version":
+		r.Version = f.Int()
+	case "retry_of":
+		f.Text(&r.RetryOf)
+	case "references":
+		r.References = make([]ID, 0, 2)
+		f.Array(func() {
+			var id ID
+			f.Text(&id)
+			r.References = append(r.References, id)
+		})
+	case "delegated_by":
+		f.Text(&r.DelegatedBy)
+	case "session":
+		r.Session = f.String()
+	case "cancel_requested":
+		r.CancelRequested = f.Bool()
+	case "progress":
+		if n := f.Int(); int64(int(n)) == n {
+			r.Progress = int(n)
+		} else {
+			f.Fail()
+		}
+	case "activity":
+		r.Activity = f.String()
+	case "reason":
+		r.Reason = f.String()
+	case "result":
+		r.Result = f.String()
+	case "created":
+		r.Created = f.Time()
+	case "updated":
+		r.Updated = f.Time()
+	case "started_at":
+		r.StartedAt = f.Time()
+	case "ended_at":
+		r.EndedAt = f.Time()
+	default: // usage among them
+		f.Fail()
+	}
+}

@@ -56,3 +56,42 @@ func TestEncodeIsMarshal(t *testing.T) {
 func TestCodecCoversEveryField(t *testing.T) {
 	jsonxtest.KeepsEveryField(t, genRequest(true), requests.Encode, store.Decode)
 }
+
+// genRecorded generates requests without usage: the records DecodeRecord
+// reads (a dollar figure is left to the general decoder).
+func genRecorded() *rapid.Generator[requests.Request] {
+	return rapid.Map(genRequest(false), func(r requests.Request) requests.Request {
+		r.Usage = requests.Usage{}
+		return r
+	})
+}
+
+// TestDecodeRecordIsUnmarshal: every record encode writes of a request
+// without usage is decoded without reflection (DecodeRecord, store.Decode's
+// fast path) into the value json.Unmarshal gives; one with usage is left
+// to the general decoder (TestCodecCoversEveryField decodes it).
+func TestDecodeRecordIsUnmarshal(t *testing.T) {
+	jsonxtest.DecodesAsUnmarshal(t, genRecorded(), requests.Encode, (*requests.Request).DecodeRecord)
+	r := genRequest(true).Example(1)
+	b, err := requests.Encode(&r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if new(requests.Request).DecodeRecord(b) {
+		t.Fatalf("%s: decoded, usage and all", b)
+	}
+}
+
+// FuzzDecodeRecord: whatever DecodeRecord decodes, json.Unmarshal decodes
+// into the same value; what it does not decode, it leaves zero (for
+// store.Decode to decode with the general decoder).
+func FuzzDecodeRecord(f *testing.F) {
+	var seeds [][]byte
+	for seed := range 8 {
+		r := genRecorded().Example(seed)
+		if b, err := requests.Encode(&r); err == nil {
+			seeds = append(seeds, b)
+		}
+	}
+	jsonxtest.FuzzDecoder(f, seeds, (*requests.Request).DecodeRecord)
+}

@@ -2,7 +2,8 @@
 // encodes them, and zero-padded numbers as fmt formats them: the store's hot
 // records (outbox effects, audit records) and their ordered keys are written
 // with it, without json.Marshal's reflection (and its validation of what is
-// JSON already) or fmt's.
+// JSON already) or fmt's. Fields reads such records back (the requests'
+// and approvals'), without reflection, wherever they have that form.
 package jsonx
 
 import (

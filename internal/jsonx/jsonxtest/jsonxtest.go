@@ -2,7 +2,8 @@
 // generators of the values that test it (strings with every character
 // encoding/json escapes or replaces, times in any zone and year, records
 // with every field set) and the checks (EncodesAsMarshal: the bytes
-// json.Marshal writes; KeepsEveryField: no field lost).
+// json.Marshal writes; KeepsEveryField: no field lost; DecodesAsUnmarshal
+// and FuzzDecoder: the value json.Unmarshal reads).
 package jsonxtest
 
 import (
@@ -125,6 +126,51 @@ func KeepsEveryField[T any](t *testing.T, gen *rapid.Generator[T], encode func(*
 	})
 }
 
+// DecodesAsUnmarshal checks, for every value gen draws, that decode reads
+// the record encode wrote, identically to json.Unmarshal (Identical), and
+// fails where json.Unmarshal fails (a state no longer known), leaving its
+// value zero.
+func DecodesAsUnmarshal[T any](t *testing.T, gen *rapid.Generator[T], encode func(*T) ([]byte, error), decode func(*T, []byte) bool) {
+	rapid.Check(t, func(t *rapid.T) {
+		v := gen.Draw(t, "value")
+		b, err := encode(&v)
+		if err != nil {
+			t.Skip("a time json.Marshal refuses")
+		}
+		var got, want T
+		ok, wantErr := decode(&got, b), json.Unmarshal(b, &want)
+		switch {
+		case wantErr != nil && (ok || !reflect.ValueOf(got).IsZero()):
+			t.Fatalf("%s: decoded %+v (%v), json.Unmarshal fails: %v", b, got, ok, wantErr)
+		case wantErr == nil && !ok:
+			t.Fatalf("%s: not decoded", b)
+		case wantErr == nil && !Identical(got, want):
+			t.Fatalf("%s: decoded %+v, json.Unmarshal %+v", b, got, want)
+		}
+	})
+}
+
+// FuzzDecoder fuzzes decode from seeds (records as encode wrote them): for
+// any input it decodes, json.Unmarshal succeeds and gives the identical
+// value; where it does not, its value is left zero.
+func FuzzDecoder[T any](f *testing.F, seeds [][]byte, decode func(*T, []byte) bool) {
+	for _, s := range seeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var got, want T
+		if !decode(&got, b) {
+			if !reflect.ValueOf(got).IsZero() {
+				t.Fatalf("%q: not decoded, but left %+v", b, got)
+			}
+			return
+		}
+		if err := json.Unmarshal(b, &want); err != nil || !Identical(got, want) {
+			t.Fatalf("%q: decoded %+v, json.Unmarshal %+v (%v)", b, got, want, err)
+		}
+	})
+}
+
 // AllSet fails t unless every field of the struct v is set (not its zero
 // value), and of each struct in it or in its slices (those whose fields
 // are all exported; a time or a requests.ID is a value).
@@ -153,28 +199,44 @@ func allSet(t *rapid.T, v reflect.Value, path string) {
 // equal field by field, times as instants (a decoded time's zone is a
 // fixed offset, not the original location).
 func SameRecord(got, want any) bool {
-	return sameValue(reflect.ValueOf(got), reflect.ValueOf(want))
+	return sameValue(reflect.ValueOf(got), reflect.ValueOf(want), false)
+}
+
+// Identical tells whether two values decoded from JSON are the same: equal
+// field by field, times as instants in the same zone offset and name, a
+// nil slice only where the other's is nil.
+func Identical(a, b any) bool {
+	return sameValue(reflect.ValueOf(a), reflect.ValueOf(b), true)
 }
 
 var timeType = reflect.TypeOf(time.Time{})
 
-func sameValue(a, b reflect.Value) bool {
+// sameValue compares a and b (strict: Identical, else SameRecord).
+func sameValue(a, b reflect.Value, strict bool) bool {
 	switch {
 	case a.Type() == timeType:
-		return a.Interface().(time.Time).Equal(b.Interface().(time.Time))
+		ta, tb := a.Interface().(time.Time), b.Interface().(time.Time)
+		if strict {
+			na, oa := ta.Zone()
+			nb, ob := tb.Zone()
+			if na != nb || oa != ob {
+				return false
+			}
+		}
+		return ta.Equal(tb)
 	case a.Kind() == reflect.Struct && exported(a.Type()):
 		for i := 0; i < a.NumField(); i++ {
-			if !sameValue(a.Field(i), b.Field(i)) {
+			if !sameValue(a.Field(i), b.Field(i), strict) {
 				return false
 			}
 		}
 		return true
 	case a.Kind() == reflect.Slice:
-		if a.Len() != b.Len() {
+		if a.Len() != b.Len() || (strict && a.IsNil() != b.IsNil()) {
 			return false
 		}
 		for i := 0; i < a.Len(); i++ {
-			if !sameValue(a.Index(i), b.Index(i)) {
+			if !sameValue(a.Index(i), b.Index(i), strict) {
 				return false
 			}
 		}
