@@ -34,37 +34,72 @@ type Record struct {
 	Detail    string    `json:"detail,omitempty"`
 }
 
-// key orders records by time, then by sequence (unique, so two records in one
-// millisecond never collide).
-func key(r *Record) string {
+// key orders records by time (Unix ms), then by sequence (unique, so two
+// records in one millisecond never collide).
+func key(ms int64, seq uint64) string {
 	b := make([]byte, 0, 26)
-	b = jsonx.AppendPadded(b, r.Time.UnixMilli(), 13)
-	return string(jsonx.AppendPaddedUint(append(b, '-'), r.Seq, 12))
+	b = jsonx.AppendPadded(b, ms, 13)
+	return string(jsonx.AppendPaddedUint(append(b, '-'), seq, 12))
 }
 
 // Append writes r inside tx, assigning its sequence number. Call it in the same
 // transaction as the change it records.
 func Append(tx store.Tx, r Record) error {
+	p, err := Prepare(r)
+	if err != nil {
+		return err
+	}
+	return p.AppendTx(tx)
+}
+
+// Prepared is a record encoded ahead of the transaction that appends it
+// (Prepare), all but its sequence number, which AppendTx assigns.
+type Prepared struct {
+	ms        int64 // the record's time, Unix ms (its key)
+	requestID string
+	tail      []byte // its JSON after the sequence number
+}
+
+// seqField is how every record begins, before its sequence number.
+const seqField = `{"seq":`
+
+// Prepare encodes r (its Seq aside) for AppendTx: the sweeper prepares its
+// expiries' records off the store's single writer.
+func Prepare(r Record) (Prepared, error) {
+	r.Seq, r.Time = 0, r.Time.UTC()
+	b, err := encodeRecord(&r)
+	if err != nil {
+		return Prepared{}, fmt.Errorf("audit: append: %w", err)
+	}
+	return Prepared{ms: r.Time.UnixMilli(), requestID: r.RequestID, tail: b[len(seqField)+1:]}, nil
+}
+
+// AppendTx writes the prepared record inside tx, assigning its sequence
+// number, as Append does.
+func (p Prepared) AppendTx(tx store.Tx) error {
+	if p.tail == nil {
+		return errors.New("audit: append: a record not prepared (Prepare)")
+	}
 	seq, err := store.NextSeq(tx, "audit")
 	if err != nil {
 		return fmt.Errorf("audit: append: %w", err)
 	}
-	r.Seq = seq
-	r.Time = r.Time.UTC()
-	k := key(&r)
-	b, err := encodeRecord(&r)
-	if err == nil {
-		err = tx.Put(bucketLog, k, b)
-	}
-	if err != nil {
+	k := key(p.ms, seq)
+	if err := tx.Put(bucketLog, k, p.record(seq)); err != nil {
 		return fmt.Errorf("audit: append: %w", err)
 	}
-	if r.RequestID != "" {
-		if err := tx.Put(bucketByReq, r.RequestID+"/"+k, nil); err != nil {
+	if p.requestID != "" {
+		if err := tx.Put(bucketByReq, p.requestID+"/"+k, nil); err != nil {
 			return fmt.Errorf("audit: append: %w", err)
 		}
 	}
 	return nil
+}
+
+// record is the prepared record's JSON with sequence number seq.
+func (p Prepared) record(seq uint64) []byte {
+	b := make([]byte, 0, len(seqField)+20+len(p.tail))
+	return append(strconv.AppendUint(append(b, seqField...), seq, 10), p.tail...)
 }
 
 // encodeRecord is r's JSON, by hand, byte for byte what json.Marshal gives

@@ -10,7 +10,7 @@ import (
 
 // A record is stored exactly as json.Marshal encodes it, whatever its
 // strings and times (the export writes stored records as they are), under
-// the key fmt built before.
+// the key fmt built before; a prepared record too.
 func TestEncodeRecordIsJSONMarshal(t *testing.T) {
 	// encodeRecord writes Record's 9 fields by hand (the second case below
 	// sets them all): a new field must be taught to it, and set here.
@@ -32,8 +32,20 @@ func TestEncodeRecordIsJSONMarshal(t *testing.T) {
 		if got, err := encodeRecord(&r); err != nil || string(got) != string(want) {
 			t.Errorf("encodeRecord:\n got %s (%v)\nwant %s", got, err, want)
 		}
-		if got, want := key(&r), fmt.Sprintf("%013d-%012d", r.Time.UnixMilli(), r.Seq); got != want {
+		// Prepared (the record Append writes: its time in UTC), then given
+		// its sequence number.
+		u := r
+		u.Time = r.Time.UTC()
+		want, _ = json.Marshal(u)
+		p, err := Prepare(r)
+		if got := p.record(r.Seq); err != nil || string(got) != string(want) {
+			t.Errorf("Prepare:\n got %s (%v)\nwant %s", got, err, want)
+		}
+		if got, want := key(r.Time.UnixMilli(), r.Seq), fmt.Sprintf("%013d-%012d", r.Time.UnixMilli(), r.Seq); got != want {
 			t.Errorf("key = %q, want %q", got, want)
 		}
+	}
+	if err := (Prepared{}).AppendTx(nil); err == nil {
+		t.Error("a record not prepared was appended")
 	}
 }

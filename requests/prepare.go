@@ -3,26 +3,28 @@ package requests
 import (
 	"errors"
 	"time"
+
+	"github.com/roombridge/roombridge/audit"
 )
 
 // preparedChange is a change computed and encoded ahead of the transaction
 // that applies it (PrepareChange).
 type preparedChange struct {
-	event         Event
-	actor, detail string
-	after         *Request
-	encoded       []byte
-	at            time.Time
+	event                  Event
+	actor, surface, detail string
+	after                  *Request
+	encoded                []byte
+	record                 audit.Prepared
 }
 
-// PrepareChange computes c on the request rd read, and encodes the result,
-// ahead of the write transaction: ApplyReadTx(tx, id, rd, c) then uses
-// them while the request is still what rd read (the sweeper prepares its
-// expiries off the store's single writer). It must be given the same c
-// (its event, actor and detail are checked; its Mutate cannot be: a change
-// with other edits must not be given rd). The change takes the time of its
-// preparation. A change that cannot apply is not prepared (ApplyReadTx
-// refuses it as it would have).
+// PrepareChange computes c on the request rd read, and encodes the result
+// and its audit record, ahead of the write transaction: ApplyReadTx(tx,
+// id, rd, c) then uses them while the request is still what rd read (the
+// sweeper prepares its expiries off the store's single writer). It must be
+// given the same c (its event, actor, surface and detail are checked; its
+// Mutate cannot be: a change with other edits must not be given rd). The
+// change takes the time of its preparation. A change that cannot apply is
+// not prepared (ApplyReadTx refuses it as it would have).
 func (s *Service) PrepareChange(rd Read, c Change) Read {
 	if rd.r == nil {
 		return rd
@@ -36,20 +38,33 @@ func (s *Service) PrepareChange(rd Read, c Change) Read {
 	if err != nil {
 		return rd
 	}
-	rd.change = &preparedChange{event: c.Event, actor: c.Actor, detail: c.Detail, after: after, encoded: enc, at: now}
+	rec, err := audit.Prepare(changeRecord(rd.r, after, c, now))
+	if err != nil {
+		return rd
+	}
+	rd.change = &preparedChange{event: c.Event, actor: c.Actor, surface: c.Surface, detail: c.Detail, after: after, encoded: enc, record: rec}
 	return rd
 }
 
+// changeRecord is the audit record of c, which moved before to after at
+// now.
+func changeRecord(before, after *Request, c Change, now time.Time) audit.Record {
+	return audit.Record{
+		Time: now, RequestID: before.ID.String(), Actor: c.Actor, Surface: c.Surface,
+		Action: c.Event.String(), From: before.State.String(), To: after.State.String(), Detail: c.Detail,
+	}
+}
+
 // prepared returns a copy of the request after the change prepared as c,
-// its encoding and time (nil: none prepared).
-func (rd Read) prepared(c Change) (*Request, []byte, time.Time) {
+// its encoding and audit record (nil: none prepared).
+func (rd Read) prepared(c Change) (*Request, []byte, audit.Prepared) {
 	pc := rd.change
-	if pc == nil || pc.event != c.Event || pc.actor != c.Actor || pc.detail != c.Detail {
-		return nil, nil, time.Time{}
+	if pc == nil || pc.event != c.Event || pc.actor != c.Actor || pc.surface != c.Surface || pc.detail != c.Detail {
+		return nil, nil, audit.Prepared{}
 	}
 	after := *pc.after // a copy: a transaction may run again
 	after.References = append([]ID(nil), pc.after.References...)
-	return &after, pc.encoded, pc.at
+	return &after, pc.encoded, pc.record
 }
 
 // RefusedError is a change refused before anything was written (an

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
 )
@@ -64,9 +65,10 @@ func TestApplyReadTxRereadsAChangedRequest(t *testing.T) {
 	}
 }
 
-// A change prepared ahead (PrepareChange) is what ApplyReadTx writes while
-// the request is unchanged; a prepared change that is not the one applied
-// (another actor or detail), or a request edited since, is computed anew.
+// A change prepared ahead (PrepareChange) is what ApplyReadTx writes, with
+// its audit record, while the request is unchanged; a prepared change that
+// is not the one applied (another detail or surface), or a request edited
+// since, is computed anew.
 func TestApplyReadTxUsesOnlyItsOwnPreparedChange(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
@@ -93,10 +95,21 @@ func TestApplyReadTxUsesOnlyItsOwnPreparedChange(t *testing.T) {
 	if got := apply(r.ID, rd, expire("one")); got.Reason != "one" || !got.Updated.Equal(at) {
 		t.Fatalf("the prepared change: %+v, want it as prepared at %v", got, at)
 	}
+	last := func(id requests.ID) audit.Record { recs := auditOf(t, f.db, id); return recs[len(recs)-1] }
+	if rec := last(r.ID); rec.Action != "expire" || rec.Detail != "one" || !rec.Time.Equal(at) || rec.From != "pending" || rec.To != "expired" {
+		t.Fatalf("the prepared change's audit record: %+v, want it as prepared at %v", rec, at)
+	}
 	other := f.create(t, ask("other"))
 	rd = prepared(other.ID, expire("prepared"))
-	if got := apply(other.ID, rd, expire("applied")); got.Reason != "applied" {
-		t.Fatalf("another change than the one prepared wrote %q", got.Reason)
+	if got := apply(other.ID, rd, expire("applied")); got.Reason != "applied" || last(other.ID).Detail != "applied" {
+		t.Fatalf("another change than the one prepared wrote %q (audited %+v)", got.Reason, last(other.ID))
+	}
+	third := f.create(t, ask("third"))
+	rd = prepared(third.ID, expire("same"))
+	onSlack := expire("same")
+	onSlack.Surface = "slack"
+	if apply(third.ID, rd, onSlack); last(third.ID).Surface != "slack" {
+		t.Fatalf("a change on another surface than the one prepared audited %+v", last(third.ID))
 	}
 }
 

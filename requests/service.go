@@ -362,20 +362,20 @@ func (s *Service) ApplyReadTx(tx store.Tx, id ID, hint Read, c Change) (*Request
 		return nil, err
 	}
 	before := rd.r
-	after, enc, now := rd.prepared(c)
+	after, enc, rec := rd.prepared(c)
 	if after == nil {
-		now = s.clock.Now().UTC()
+		now := s.clock.Now().UTC()
 		if after, err = transition(before, c, now); err != nil {
+			return nil, err
+		}
+		if rec, err = audit.Prepare(changeRecord(before, after, c, now)); err != nil {
 			return nil, err
 		}
 	}
 	if err := s.write(tx, before, after, enc); err != nil {
 		return nil, err
 	}
-	if err := audit.Append(tx, audit.Record{
-		Time: now, RequestID: id.String(), Actor: c.Actor, Surface: c.Surface,
-		Action: c.Event.String(), From: before.State.String(), To: after.State.String(), Detail: c.Detail,
-	}); err != nil {
+	if err := rec.AppendTx(tx); err != nil {
 		return nil, err
 	}
 	if err := s.observe(tx, before, after, c.Skip); err != nil {
