@@ -5,7 +5,6 @@
 package threads
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -192,7 +191,7 @@ func prepare(e Effect) (Prepared, error) {
 	if e.Message.IdempotencyKey == "" && e.Save != "" {
 		e.Message.IdempotencyKey = e.Surface + "/" + e.Save
 	}
-	payload, err := json.Marshal(e)
+	payload, err := e.encode()
 	if err != nil {
 		return Prepared{}, fmt.Errorf("threads: enqueue: %w", err)
 	}
