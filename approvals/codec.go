@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/internal/jsonx"
+	"github.com/roombridge/roombridge/requests"
 )
 
 // encode is a's JSON record, exactly as json.Marshal writes it (the
@@ -93,9 +94,9 @@ func (a *Approval) decodeField(f *jsonx.Fields, name string) {
 	case "kind":
 		a.Kind = Kind(f.String())
 	case "request_id":
-		f.Text(&a.RequestID)
+		a.RequestID = requests.ReadID(f)
 	case "root":
-		f.Text(&a.Root)
+		a.Root = requests.ReadID(f)
 	case "root_room":
 		a.RootRoom = f.String()
 	case "room":

@@ -122,7 +122,7 @@ func (s *Service) prepareExpiry(tx store.Tx, t store.Timer, now time.Time) ([]by
 	if a.Kind == KindRequest {
 		rd, err := s.svc.ReadTx(tx, a.RequestID) // none: read again in the write
 		if err == nil {
-			st.request = s.svc.PrepareChange(rd, expiryChange(st))
+			st.request = s.svc.PrepareChange(rd, st.change)
 		}
 	}
 	return b, st
@@ -163,11 +163,21 @@ func (s *Service) expireOneTx(tx store.Tx, t store.Timer, raw []byte, pre *settl
 func (s *Service) deferThreads() bool { return s.threads != nil && !s.renderInSweep }
 
 // settleExpiry prepares pending approval a's expiry at now: its settlement
-// and, for a request's approval, the retry offer. With deferThread (the
-// sweeper's), the effects in the thread where a's card has its copy are
-// not rendered: one OpExpand effect stands for them (st.expand), which the
-// outbox renders when it delivers it.
+// and, for a request's approval, the retry offer and the change to the
+// request (st.change). With deferThread (the sweeper's), the effects in
+// the thread where a's card has its copy are not rendered: one OpExpand
+// effect stands for them (st.expand), which the outbox renders when it
+// delivers it.
 func settleExpiry(a *Approval, now time.Time, deferThread bool) (*settlement, error) {
+	st, err := settleExpiryCards(a, now, deferThread)
+	if err == nil && a.Kind == KindRequest {
+		st.change = expiryChange(st)
+	}
+	return st, err
+}
+
+// settleExpiryCards is settleExpiry but for the change to the request.
+func settleExpiryCards(a *Approval, now time.Time, deferThread bool) (*settlement, error) {
 	var thread Copy
 	if deferThread && a.Kind == KindRequest {
 		thread, _ = threadCopy(a)
@@ -240,7 +250,7 @@ func (s *Service) expireTx(tx store.Tx, st *settlement) (*Approval, error) {
 		return nil, err
 	}
 	if a.Kind == KindRequest {
-		r, err := s.svc.ApplyReadTx(tx, a.RequestID, st.request, expiryChange(st))
+		r, err := s.svc.ApplyReadTx(tx, a.RequestID, st.request, st.change)
 		if err == nil {
 			err = s.enqueueExpiredTx(tx, st, r)
 		}

@@ -51,6 +51,7 @@ type settlement struct {
 	cards         []threads.Prepared // after's card, on each copy
 	retry         []threads.Prepared // an expired request's retry offer (settleExpiry)
 	request       requests.Read      // the request an expiry expires, as read when prepared (zero: none)
+	change        requests.Change    // what an expiry changes in it (settleExpiry)
 	// deferred is the thread queue whose effects an expiry left to the
 	// outbox's expansion of expand (settleExpiry; "": none).
 	deferred string

@@ -81,7 +81,7 @@ func (r *Request) DecodeRecord(b []byte) bool {
 func (r *Request) decodeField(f *jsonx.Fields, name string) {
 	switch name {
 	case "id":
-		f.Text(&r.ID)
+		r.ID = ReadID(f)
 	case "owner":
 		r.Owner = f.String()
 	case "agent":
@@ -95,20 +95,22 @@ func (r *Request) decodeField(f *jsonx.Fields, name string) {
 	case "ask":
 		r.Ask = f.String()
 	case "state":
-		f.Text(&r.State)
+		st, err := ParseState(f.String())
+		if err != nil {
+			f.Fail()
+		}
+		r.State = st
 	case "version":
 		r.Version = f.Int()
 	case "retry_of":
-		f.Text(&r.RetryOf)
+		r.RetryOf = ReadID(f)
 	case "references":
 		r.References = make([]ID, 0, 2)
 		f.Array(func() {
-			var id ID
-			f.Text(&id)
-			r.References = append(r.References, id)
+			r.References = append(r.References, ReadID(f))
 		})
 	case "delegated_by":
-		f.Text(&r.DelegatedBy)
+		r.DelegatedBy = ReadID(f)
 	case "session":
 		r.Session = f.String()
 	case "cancel_requested":
@@ -136,4 +138,18 @@ func (r *Request) decodeField(f *jsonx.Fields, name string) {
 	default: // usage among them
 		f.Fail()
 	}
+}
+
+// ReadID reads a record's ID field from f, as ID's UnmarshalText does
+// ("" is the zero ID; anything else not an ID fails f).
+func ReadID(f *jsonx.Fields) ID {
+	s := f.String()
+	if s == "" {
+		return ID{}
+	}
+	id, err := ParseID(s)
+	if err != nil {
+		f.Fail()
+	}
+	return id
 }

@@ -73,8 +73,13 @@ func cmpInt(a, b int) int {
 
 // Key is a fixed-width form whose byte order is the ID order, for store keys.
 func (id ID) Key() string {
-	b := jsonx.AppendPadded(make([]byte, 0, 19), int64(id.day), 8)
-	return string(jsonx.AppendPadded(append(b, '-'), int64(id.n), 10))
+	var buf [19]byte
+	return string(id.appendKey(buf[:0]))
+}
+
+// appendKey appends id's Key to b.
+func (id ID) appendKey(b []byte) []byte {
+	return jsonx.AppendPadded(append(jsonx.AppendPadded(b, int64(id.day), 8), '-'), int64(id.n), 10)
 }
 
 // MarshalText implements encoding.TextMarshaler.

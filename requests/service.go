@@ -109,7 +109,10 @@ type Ask struct {
 	Approved bool
 }
 
-func (s *Service) key(id ID) string { return s.owner + "/" + id.Key() }
+func (s *Service) key(id ID) string {
+	var buf [64]byte // one allocation, the string's
+	return string(id.appendKey(append(append(buf[:0], s.owner...), '/')))
+}
 
 // Create makes a new request: approved if asked by an owner, else pending.
 func (s *Service) Create(ctx context.Context, a Ask) (*Request, error) {

@@ -1,7 +1,6 @@
 package jsonx
 
 import (
-	"encoding"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -138,15 +137,6 @@ func (f *Fields) String() string {
 		return ""
 	}
 	return string(b)
-}
-
-// Text reads a string into u, as the general decoder does for a type
-// with an UnmarshalText method.
-func (f *Fields) Text(u encoding.TextUnmarshaler) {
-	s := f.String()
-	if !f.bad && u.UnmarshalText([]byte(s)) != nil {
-		f.bad = true
-	}
 }
 
 // Time reads a time as time.Time's UnmarshalJSON does (the quoted bytes as

@@ -14,24 +14,12 @@ type record struct {
 	N int64       `json:"n"`
 	B bool        `json:"b"`
 	T time.Time   `json:"t"`
-	U textID      `json:"u"`
 	A []string    `json:"a"`
 	O []subRecord `json:"o"`
 }
 
 type subRecord struct {
 	S string `json:"s"`
-}
-
-// textID is a value json.Unmarshal decodes with its UnmarshalText.
-type textID string
-
-func (id *textID) UnmarshalText(b []byte) error {
-	if len(b) > 0 && b[0] != 'R' {
-		return &json.UnsupportedValueError{Str: string(b)}
-	}
-	*id = textID(b)
-	return nil
 }
 
 func readRecord(b []byte) (record, bool) {
@@ -47,8 +35,6 @@ func readRecord(b []byte) (record, bool) {
 			r.B = f.Bool()
 		case "t":
 			r.T = f.Time()
-		case "u":
-			f.Text(&r.U)
 		case "a":
 			r.A = []string{}
 			f.Array(func() { r.A = append(r.A, f.String()) })
@@ -77,19 +63,18 @@ func readRecord(b []byte) (record, bool) {
 func TestFieldsReadsWhatUnmarshalReads(t *testing.T) {
 	read := []string{
 		`{}`,
-		`{"s":"plain","n":-42,"b":true,"t":"2026-12-01T11:30:05.123456789Z","u":"R1","a":["x",""],"o":[{"s":"y"},{}]}`,
+		`{"s":"plain","n":-42,"b":true,"t":"2026-12-01T11:30:05.123456789Z","a":["x",""],"o":[{"s":"y"},{}]}`,
 		`{"s":"é · — 日本 \ud83d\ude00 \n \" \\ \/ \u003c","b":false,"n":0}`,
 		`{"t":"2026-12-01T11:30:05+05:30","s":"\u2028"}`,
 		`{"n":9223372036854775807,"s":"a","s":"last wins"}`,
 		`{"a":[],"o":[]}`,
-		`{"u":""}`,
 	}
 	refused := []string{
 		``, `{`, `{"s":"a"`, `{"s":"a"}x`, `{"s":"a"} `, ` {}`, `{ "s":"a"}`, `{"s" :"a"}`, `{"s":"a" }`,
 		`{"s":null}`, `{"n":null}`, `{"a":null}`, `{"x":1}`, `{"S":"case"}`, `{"\u0073":"escaped name"}`,
 		`{"s":"tab	raw"}`, "{\"s\":\"\x1f\"}", "{\"s\":\"\xff\"}", `{"s":"\ud800"}`, `{"s":"\x"}`, `{"s":"unterminated}`,
 		`{"n":01}`, `{"n":1.0}`, `{"n":1e3}`, `{"n":-}`, `{"n":9223372036854775808}`, `{"n":"1"}`, `{"b":1}`, `{"b":tru}`,
-		`{"t":"2026-12-01"}`, `{"t":"2026-12-01T11:30:05\u005a"}`, `{"t":1}`, `{"u":"X1"}`,
+		`{"t":"2026-12-01"}`, `{"t":"2026-12-01T11:30:05\u005a"}`, `{"t":1}`,
 		`{"a":["x",]}`, `{"a":["x" ]}`, `{"a":[1]}`, `{"o":[{"z":"y"}]}`, `{"s":"a",}`, `{,}`,
 	}
 	for _, in := range read {

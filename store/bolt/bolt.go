@@ -83,18 +83,18 @@ func (d *DB) commit(batch []*store.Call) {
 		failed := -1
 		var failErr error
 		err := d.db.Update(func(btx *bbolt.Tx) error {
-			buckets, counters := map[string]*handle{}, map[string][]byte{}
+			buckets, counters, kbuf := map[string]*handle{}, map[string][]byte{}, make([]byte, 0, 64)
 			for i, c := range batch {
 				if err := c.Ctx.Err(); err != nil {
 					failed, failErr = i, err
 					return errAbort
 				}
-				t := &tx{btx: btx, writable: true, buckets: buckets, counters: counters}
+				t := &tx{btx: btx, writable: true, buckets: buckets, counters: counters, kbuf: kbuf}
 				if err := c.Run(t); err != nil {
 					failed, failErr = i, err
 					return errAbort
 				}
-				c.Topics = t.topics
+				c.Topics, kbuf = t.topics, t.kbuf
 			}
 			return (&tx{btx: btx, writable: true, buckets: buckets, counters: counters}).flushCounters()
 		})
@@ -168,6 +168,16 @@ type tx struct {
 	// effect counts, and a sweep's expiry read and wrote two counters, 4
 	// of its 18 keys. A call that fails rolls them back with the rest.
 	counters map[string][]byte
+	// kbuf holds the key of the bbolt call in progress (bbolt copies the
+	// keys it keeps): a key's conversion to bytes is not an allocation
+	// each time (7 of a sweep's 114 allocations an expiry).
+	kbuf []byte
+}
+
+// key is k as bytes, valid until t's next call.
+func (t *tx) key(k string) []byte {
+	t.kbuf = append(t.kbuf[:0], k...)
+	return t.kbuf
 }
 
 // holds tells whether bucket's key is one t holds until the commit (or
@@ -278,7 +288,7 @@ func (t *tx) value(bucket, key string) ([]byte, error) {
 	if h == nil {
 		return nil, store.ErrNotFound
 	}
-	v, ok := h.seek([]byte(key))
+	v, ok := h.seek(t.key(key))
 	if !ok || v == nil {
 		return nil, store.ErrNotFound
 	}
@@ -311,7 +321,7 @@ func (t *tx) put(bucket, key string, value []byte) error {
 	if value == nil {
 		value = []byte{}
 	}
-	if err := b.Put([]byte(key), value); err != nil {
+	if err := b.Put(t.key(key), value); err != nil {
 		return fmt.Errorf("store: bolt: put %s/%s: %w", bucket, key, err)
 	}
 	return nil
@@ -325,7 +335,7 @@ func (t *tx) Delete(bucket, key string) error {
 	if h == nil {
 		return nil
 	}
-	if _, ok := h.seek([]byte(key)); !ok {
+	if _, ok := h.seek(t.key(key)); !ok {
 		return nil
 	}
 	if err := h.c.Delete(); err != nil {
