@@ -275,6 +275,9 @@ type Service struct {
 	// renderInSweep: the sweeper's expiries render their thread's effects
 	// at once, not at delivery (tests: RenderInSweep).
 	renderInSweep bool
+	// reads holds a token for each sweep batch reading (sweepReads; nil:
+	// no bound).
+	reads chan struct{}
 }
 
 // New returns a Service. Register its Observe with the requests service,
@@ -285,6 +288,7 @@ func New(o Options) *Service {
 		svc: o.Requests, store: o.Requests.Store(), clock: o.Requests.Clock(),
 		rooms: o.Rooms, ttl: o.TTL, remind: o.Remind, threads: o.Threads, log: o.Log,
 	}
+	s.reads = sweepReads(s.store)
 	if s.ttl <= 0 {
 		s.ttl = config.DefaultTTL
 	}

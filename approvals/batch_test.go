@@ -3,6 +3,7 @@ package approvals_test
 import (
 	"context"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -231,5 +232,82 @@ func TestSweepRechecksWhatChangedSinceItsRead(t *testing.T) {
 	}
 	if r := get(untouched.ID); r.State != requests.Expired || r.Version != untouched.Version+1 {
 		t.Errorf("untouched: %s v%d, want expired v%d", r.State, r.Version, untouched.Version+1)
+	}
+}
+
+// readCounting is the bolt store, recording the most sweep batches reading
+// at once (Views that read an approval).
+type readCounting struct {
+	*bolt.DB
+	mu            sync.Mutex
+	reading, most int
+}
+
+type readCountingTx struct {
+	store.Tx
+	rc      *readCounting
+	counted bool
+}
+
+func (x *readCountingTx) Get(bucket, key string) ([]byte, error) {
+	if bucket == "approvals" && !x.counted {
+		x.counted = true
+		x.rc.mu.Lock()
+		x.rc.reading++
+		x.rc.most = max(x.rc.most, x.rc.reading)
+		x.rc.mu.Unlock()
+	}
+	return x.Tx.Get(bucket, key)
+}
+
+func (r *readCounting) View(ctx context.Context, fn func(store.Tx) error) error {
+	x := &readCountingTx{rc: r}
+	err := r.DB.View(ctx, func(tx store.Tx) error {
+		x.Tx = tx
+		return fn(x)
+	})
+	if x.counted {
+		r.mu.Lock()
+		r.reading--
+		r.mu.Unlock()
+	}
+	return err
+}
+
+// On bolt, whose single writer runs in this process, the sweep's batches
+// read one fewer at a time than there are processors (at least one), many
+// as there are in flight, and all of them expire.
+func TestSweepReadsLeaveTheWriterAProcessor(t *testing.T) {
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "bridge.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rc := &readCounting{DB: db}
+	clk := clock.NewFake(t0)
+	roomDir := directory.New(benchRooms(), nil, chat.Slack)
+	svc := requests.NewService(rc, clk, "acme", nil)
+	th := threads.New(roomDir)
+	svc.AddObserver("threads", th.Observe)
+	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, TTL: time.Hour, Threads: th})
+	svc.AddObserver(approvals.ObserverName, appr.Observe)
+	ctx := context.Background()
+	const n = 64
+	for i := range n {
+		if _, err := svc.Create(ctx, requests.Ask{Agent: "coder", Room: "backend", Surface: chat.Slack,
+			User: "slack:U" + strconv.Itoa(i), Text: "deploy " + strconv.Itoa(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sw, err := ttl.New(ttl.Options{Clock: clk, Parallel: 32, Batch: 1}, appr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Hour)
+	if res, err := sw.SweepOnce(ctx); err != nil || res.Expired != n {
+		t.Fatalf("sweep: %+v, %v; want %d expired", res, err, n)
+	}
+	if limit := max(1, runtime.GOMAXPROCS(0)-1); rc.most < 1 || rc.most > limit {
+		t.Errorf("%d batches read at once, want 1 to %d", rc.most, limit)
 	}
 }

@@ -60,6 +60,11 @@ func Open(path string) (*DB, error) {
 	return d, nil
 }
 
+// WritesInProcess tells that every write runs on one goroutine of this
+// process (the committer), so that a caller feeding it many writes at once
+// (the sweeper) leaves it a processor.
+func (d *DB) WritesInProcess() bool { return true }
+
 // Path returns the bolt file's path.
 func (d *DB) Path() string { return d.db.Path() }
 
