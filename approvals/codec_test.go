@@ -92,3 +92,36 @@ func FuzzDecodeRecord(f *testing.F) {
 	}
 	jsonxtest.FuzzDecoder(f, seeds, (*approvals.Approval).DecodeRecord)
 }
+
+// BenchmarkDecode decodes an expiring approval's record (two card copies)
+// by its own reader (store.Decode's fast path) and by the general decoder
+// (a type without DecodeRecord: store.Decode's path for every other form).
+func BenchmarkDecode(b *testing.B) {
+	at := time.Date(2026, 11, 29, 3, 0, 0, 123456789, time.UTC)
+	a := approvals.Approval{ID: "20261129-0000000001/0000", Kind: approvals.KindRequest, RequestID: requests.NewID(at, 1),
+		Room: "backend", Agent: "coder", Requester: "slack:U123", Action: "please deploy build 42", State: approvals.Pending,
+		Version: 1, Created: at, ExpiresAt: at.Add(24 * time.Hour), TTL: 24 * time.Hour, NoticeAt: at.Add(23 * time.Hour),
+		Copies: []approvals.Copy{{Surface: "slack", Request: "R20261129-01", Ref: "approval/20261129-0000000001/0000/thread"},
+			{Surface: "slack", Request: "R20261129-01", Ref: "approval/20261129-0000000001/0000/dm/slack:UAPPROVER"}}}
+	rec, err := approvals.Encode(&a)
+	if err != nil {
+		b.Fatal(err)
+	}
+	type general approvals.Approval // no DecodeRecord
+	for _, c := range []struct {
+		name   string
+		decode func() error
+	}{
+		{"record", func() error { var v approvals.Approval; return store.Decode(rec, &v) }},
+		{"general", func() error { var v general; return store.Decode(rec, &v) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := c.decode(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

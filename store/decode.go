@@ -22,7 +22,7 @@ type RecordDecoder interface {
 // Decode decodes the stored JSON record b into v, as json.Unmarshal does
 // (the same value; an error where it fails, though not always in the same
 // words, and v is then not to be used). v is zero. A RecordDecoder decodes
-// itself where it can (a record as its encoder wrote it: 0.2 of the time
+// itself where it can (a record as its encoder wrote it: about half the time
 // below); otherwise, and for every other type, it is go-json-experiment/json
 // (the code of the standard library's encoding/json/v2) in its v1 mode: a
 // record is decoded in about half json.Unmarshal's time, with a sixth of
