@@ -57,11 +57,8 @@ func Append(tx store.Tx, r Record) error {
 type Prepared struct {
 	ms        int64 // the record's time, Unix ms (its key)
 	requestID string
-	tail      []byte // its JSON after the sequence number
+	rec       jsonx.SeqRecord
 }
-
-// seqField is how every record begins, before its sequence number.
-const seqField = `{"seq":`
 
 // Prepare encodes r (its Seq aside) for AppendTx: the sweeper prepares its
 // expiries' records off the store's single writer.
@@ -71,13 +68,13 @@ func Prepare(r Record) (Prepared, error) {
 	if err != nil {
 		return Prepared{}, fmt.Errorf("audit: append: %w", err)
 	}
-	return Prepared{ms: r.Time.UnixMilli(), requestID: r.RequestID, tail: b[len(seqField)+1:]}, nil
+	return Prepared{ms: r.Time.UnixMilli(), requestID: r.RequestID, rec: jsonx.PrepareSeq(b)}, nil
 }
 
 // AppendTx writes the prepared record inside tx, assigning its sequence
 // number, as Append does.
 func (p Prepared) AppendTx(tx store.Tx) error {
-	if p.tail == nil {
+	if p.rec == nil {
 		return errors.New("audit: append: a record not prepared (Prepare)")
 	}
 	seq, err := store.NextSeq(tx, "audit")
@@ -85,7 +82,7 @@ func (p Prepared) AppendTx(tx store.Tx) error {
 		return fmt.Errorf("audit: append: %w", err)
 	}
 	k := key(p.ms, seq)
-	if err := tx.Put(bucketLog, k, p.record(seq)); err != nil {
+	if err := tx.Put(bucketLog, k, p.rec.With(seq)); err != nil {
 		return fmt.Errorf("audit: append: %w", err)
 	}
 	if p.requestID != "" {
@@ -94,12 +91,6 @@ func (p Prepared) AppendTx(tx store.Tx) error {
 		}
 	}
 	return nil
-}
-
-// record is the prepared record's JSON with sequence number seq.
-func (p Prepared) record(seq uint64) []byte {
-	b := make([]byte, 0, len(seqField)+20+len(p.tail))
-	return append(strconv.AppendUint(append(b, seqField...), seq, 10), p.tail...)
 }
 
 // encodeRecord is r's JSON, by hand, byte for byte what json.Marshal gives

@@ -38,7 +38,7 @@ func TestEncodeRecordIsJSONMarshal(t *testing.T) {
 		u.Time = r.Time.UTC()
 		want, _ = json.Marshal(u)
 		p, err := Prepare(r)
-		if got := p.record(r.Seq); err != nil || string(got) != string(want) {
+		if got := p.rec.With(r.Seq); err != nil || string(got) != string(want) {
 			t.Errorf("Prepare:\n got %s (%v)\nwant %s", got, err, want)
 		}
 		if got, want := key(r.Time.UnixMilli(), r.Seq), fmt.Sprintf("%013d-%012d", r.Time.UnixMilli(), r.Seq); got != want {

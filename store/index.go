@@ -230,45 +230,82 @@ func outboxKey(seq uint64) string {
 // names an undelivered effect, that one is dropped: the newest effect of a
 // coalesce key is the only one delivered.
 func Enqueue(tx Tx, e *Effect) error {
-	if e.Span < 0 {
-		return fmt.Errorf("store: enqueue: a span of %d (0 or more)", e.Span)
-	}
-	seq, err := nextSeqs(tx, "outbox", uint64(max(e.Span, 1)))
+	p, err := PrepareEffect(*e)
 	if err != nil {
 		return err
 	}
-	e.Seq = seq
-	if _, err := coalesce(tx, e); err != nil {
-		return err
-	}
-	if err := putEffect(tx, e); err != nil {
-		return err
-	}
-	tx.Notify(TopicOutbox)
-	return nil
+	e.Seq, err = p.enqueueTx(tx)
+	return err
 }
 
-// coalesce makes e, about to be written under e.Seq, the effect of its
-// coalesce key, dropping the undelivered one it names; unless that one
-// comes after e (ExpandEffect: enqueued after the expanded effect's span),
-// which replaces e instead: kept false, and nothing is written.
-func coalesce(tx Tx, e *Effect) (kept bool, err error) {
-	if e.Coalesce == "" {
+// PreparedEffect is an effect encoded ahead of the transaction that
+// enqueues it (PrepareEffect), all but its sequence number, which
+// EnqueueTx assigns: the sweeper prepares an expiry's effect off the
+// store's single writer.
+type PreparedEffect struct {
+	coalesce string
+	span     int
+	rec      jsonx.SeqRecord
+}
+
+// PrepareEffect encodes e (its Seq aside) for EnqueueTx.
+func PrepareEffect(e Effect) (PreparedEffect, error) {
+	if e.Span < 0 {
+		return PreparedEffect{}, fmt.Errorf("store: enqueue: a span of %d (0 or more)", e.Span)
+	}
+	e.Seq = 0
+	b, err := encodeEffect(&e)
+	if err != nil {
+		return PreparedEffect{}, fmt.Errorf("store: outbox: %w", err)
+	}
+	return PreparedEffect{coalesce: e.Coalesce, span: e.Span, rec: jsonx.PrepareSeq(b)}, nil
+}
+
+// EnqueueTx appends the prepared effect to the outbox, as Enqueue does.
+func (p PreparedEffect) EnqueueTx(tx Tx) error {
+	if p.rec == nil {
+		return errors.New("store: enqueue: an effect not prepared (PrepareEffect)")
+	}
+	_, err := p.enqueueTx(tx)
+	return err
+}
+
+func (p PreparedEffect) enqueueTx(tx Tx) (uint64, error) {
+	seq, err := nextSeqs(tx, "outbox", uint64(max(p.span, 1)))
+	if err != nil {
+		return 0, err
+	}
+	if _, err := coalesce(tx, p.coalesce, seq); err != nil {
+		return 0, err
+	}
+	if err := tx.Put(bucketOutbox, outboxKey(seq), p.rec.With(seq)); err != nil {
+		return 0, err
+	}
+	tx.Notify(TopicOutbox)
+	return seq, nil
+}
+
+// coalesce makes the effect about to be written under seq the effect of
+// its coalesce key, dropping the undelivered one key names; unless that
+// one comes after it (ExpandEffect: enqueued after the expanded effect's
+// span), which replaces it instead: kept false, and nothing is written.
+func coalesce(tx Tx, key string, seq uint64) (kept bool, err error) {
+	if key == "" {
 		return true, nil
 	}
-	old, err := tx.Get(bucketCoalesc, e.Coalesce)
+	old, err := tx.Get(bucketCoalesc, key)
 	switch {
 	case errors.Is(err, ErrNotFound):
 	case err != nil:
 		return false, err
-	case string(old) > outboxKey(e.Seq): // keys of one width: their order is the numbers'
+	case string(old) > outboxKey(seq): // keys of one width: their order is the numbers'
 		return false, nil
 	default:
 		if err := tx.Delete(bucketOutbox, string(old)); err != nil {
 			return false, err
 		}
 	}
-	return true, tx.Put(bucketCoalesc, e.Coalesce, []byte(outboxKey(e.Seq)))
+	return true, tx.Put(bucketCoalesc, key, []byte(outboxKey(seq)))
 }
 
 // ExpandEffect puts parts, in order, in the place of the undelivered effect
@@ -296,7 +333,7 @@ func ExpandEffect(tx Tx, e Effect, parts []Effect) error {
 	for i := range parts {
 		p := parts[i]
 		p.Seq, p.Queue, p.Created, p.Span = cur.Seq+uint64(i), cur.Queue, cur.Created, 0
-		kept, err := coalesce(tx, &p)
+		kept, err := coalesce(tx, p.Coalesce, p.Seq)
 		if err != nil {
 			return err
 		}

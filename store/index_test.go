@@ -9,7 +9,8 @@ import (
 )
 
 // An effect is stored exactly as json.Marshal encodes it (its payload,
-// compact already, as it is): same bytes, whatever its strings and times.
+// compact already, as it is): same bytes, whatever its strings and times,
+// prepared ahead of its transaction or not.
 func TestEncodeEffectIsJSONMarshal(t *testing.T) {
 	// encodeEffect writes Effect's 9 fields by hand (the third case below
 	// sets them all): a new field must be taught to it, and set here.
@@ -31,6 +32,17 @@ func TestEncodeEffectIsJSONMarshal(t *testing.T) {
 		if got, err := encodeEffect(&e); err != nil || string(got) != string(want) {
 			t.Errorf("encodeEffect:\n got %s (%v)\nwant %s", got, err, want)
 		}
+		// Prepared (without its number), then given its number.
+		p, err := PrepareEffect(e)
+		if got := p.rec.With(e.Seq); err != nil || string(got) != string(want) {
+			t.Errorf("PrepareEffect:\n got %s (%v)\nwant %s", got, err, want)
+		}
+	}
+	if _, err := PrepareEffect(Effect{Span: -1}); err == nil {
+		t.Error("an effect of span -1 was prepared")
+	}
+	if err := (PreparedEffect{}).EnqueueTx(nil); err == nil {
+		t.Error("an effect not prepared was enqueued")
 	}
 }
 

@@ -38,8 +38,17 @@ func (t *Threads) SetExpander(kind string, x Expander) {
 // standing for up to span effects in request's thread on surface.
 func PrepareExpand(kind, ref, request, surface string, span int) (Prepared, error) {
 	p, err := prepare(Effect{Op: OpExpand, Request: request, Surface: surface, Expand: kind, Ref: ref})
+	if err != nil {
+		return Prepared{}, err
+	}
 	p.span = max(span, 1)
-	return p, err
+	// Its outbox record too (the sweeper's: one an expiry), created now.
+	rec, err := store.PrepareEffect(p.effect())
+	if err != nil {
+		return Prepared{}, err
+	}
+	p.rec = &rec
+	return p, nil
 }
 
 // ExpandTx puts in the place of outbox effect se, an OpExpand, the effects

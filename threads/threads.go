@@ -171,7 +171,8 @@ func Enqueue(tx store.Tx, e Effect) error {
 type Prepared struct {
 	queue, coalesce string
 	payload         []byte
-	span            int // PrepareExpand
+	span            int                   // PrepareExpand
+	rec             *store.PreparedEffect // its outbox record, if encoded (PrepareExpand)
 }
 
 // Queue is the outbox queue (the thread) the effect goes to.
@@ -220,9 +221,18 @@ func EnqueueAll(tx store.Tx, ps []Prepared) error {
 
 // EnqueueTx appends the prepared effect to the outbox.
 func (p Prepared) EnqueueTx(tx store.Tx) error {
-	// Created is wall time (not a clock.Clock: Enqueue has none), for the
-	// delivery latency metric only.
-	return store.Enqueue(tx, &store.Effect{Queue: p.queue, Coalesce: p.coalesce, Payload: p.payload, Created: time.Now().UTC(), Span: p.span})
+	if p.rec != nil {
+		return p.rec.EnqueueTx(tx)
+	}
+	e := p.effect()
+	return store.Enqueue(tx, &e)
+}
+
+// effect is p's outbox effect, created now: wall time (not a clock.Clock:
+// Enqueue has none), for the delivery latency metric only; an effect whose
+// record was encoded ahead (PrepareExpand) was created then.
+func (p Prepared) effect() store.Effect {
+	return store.Effect{Queue: p.queue, Coalesce: p.coalesce, Payload: p.payload, Created: time.Now().UTC(), Span: p.span}
 }
 
 // ThreadRef returns the recorded thread of request id on surface.

@@ -33,3 +33,20 @@ func TestAppendersAreWhatTheStandardLibraryWrites(t *testing.T) {
 		}
 	}
 }
+
+// A record prepared without its sequence number gets another one in its
+// place; one that does not begin with "seq" is not prepared.
+func TestSeqRecordSplicesTheNumber(t *testing.T) {
+	r := PrepareSeq([]byte(`{"seq":0,"a":"x"}`))
+	if got := string(r.With(18446744073709551615)); got != `{"seq":18446744073709551615,"a":"x"}` {
+		t.Errorf("With = %s", got)
+	}
+	if got := string(PrepareSeq([]byte(`{"seq":123}`)).With(7)); got != `{"seq":7}` {
+		t.Errorf("With = %s", got)
+	}
+	for _, b := range []string{``, `{"seq":`, `{"a":1,"seq":0}`, `{"sequence":1}`} {
+		if r := PrepareSeq([]byte(b)); r != nil {
+			t.Errorf("PrepareSeq(%s) = %s, want nil", b, r)
+		}
+	}
+}

@@ -127,3 +127,31 @@ func (o *Object) Bytes() ([]byte, error) {
 	}
 	return append(o.b, '}'), nil
 }
+
+// SeqRecord is a record an Object wrote whose first field is "seq", kept
+// without its number (PrepareSeq) for the store's writer to splice one in
+// (With): the audit records and outbox effects are encoded before their
+// transaction, which alone knows their sequence numbers.
+type SeqRecord []byte
+
+// seqField is how such a record begins, before its number.
+const seqField = `{"seq":`
+
+// PrepareSeq keeps record b, which begins with a "seq" field (a number),
+// without its number; nil if b does not begin so.
+func PrepareSeq(b []byte) SeqRecord {
+	if len(b) <= len(seqField) || string(b[:len(seqField)]) != seqField {
+		return nil
+	}
+	i := len(seqField)
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	return SeqRecord(b[i:])
+}
+
+// With is the record with sequence number seq.
+func (r SeqRecord) With(seq uint64) []byte {
+	b := make([]byte, 0, len(seqField)+20+len(r))
+	return append(strconv.AppendUint(append(b, seqField...), seq, 10), r...)
+}
