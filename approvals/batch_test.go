@@ -142,6 +142,19 @@ func expireBatches(t *testing.T, st store.Store, cs *counting, batch int) {
 	}
 }
 
+// sweepServices are the requests and approvals services (with threads) on
+// st, with benchRooms and a one-hour TTL, on a fake clock at t0.
+func sweepServices(st store.Store) (*clock.Fake, *requests.Service, *approvals.Service) {
+	clk := clock.NewFake(t0)
+	roomDir := directory.New(benchRooms(), nil, chat.Slack)
+	svc := requests.NewService(st, clk, "acme", nil)
+	th := threads.New(roomDir)
+	svc.AddObserver("threads", th.Observe)
+	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, TTL: time.Hour, Threads: th})
+	svc.AddObserver(approvals.ObserverName, appr.Observe)
+	return clk, svc, appr
+}
+
 // interleaving is the bolt store that, once armed, runs between before the
 // next Update: what other writers commit between a sweep batch's read
 // (where its expiries are prepared) and its write.
@@ -173,13 +186,7 @@ func TestSweepRechecksWhatChangedSinceItsRead(t *testing.T) {
 	}
 	defer db.Close()
 	is := &interleaving{DB: db}
-	clk := clock.NewFake(t0)
-	roomDir := directory.New(benchRooms(), nil, chat.Slack)
-	svc := requests.NewService(is, clk, "acme", nil)
-	th := threads.New(roomDir)
-	svc.AddObserver("threads", th.Observe)
-	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, TTL: time.Hour, Threads: th})
-	svc.AddObserver(approvals.ObserverName, appr.Observe)
+	clk, svc, appr := sweepServices(is)
 	ctx := context.Background()
 	var rs []*requests.Request
 	for i := range 3 {
@@ -284,13 +291,7 @@ func TestSweepReadsLeaveTheWriterAProcessor(t *testing.T) {
 	}
 	defer db.Close()
 	rc := &readCounting{DB: db}
-	clk := clock.NewFake(t0)
-	roomDir := directory.New(benchRooms(), nil, chat.Slack)
-	svc := requests.NewService(rc, clk, "acme", nil)
-	th := threads.New(roomDir)
-	svc.AddObserver("threads", th.Observe)
-	appr := approvals.New(approvals.Options{Requests: svc, Rooms: roomDir, TTL: time.Hour, Threads: th})
-	svc.AddObserver(approvals.ObserverName, appr.Observe)
+	clk, svc, appr := sweepServices(rc)
 	ctx := context.Background()
 	const n = 64
 	for i := range n {
