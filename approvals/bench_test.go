@@ -58,6 +58,9 @@ var (
 	sweepAt    = benchStart.Add(23 * time.Hour)
 )
 
+// benchTTL is the fixture's approval TTL.
+const benchTTL = 24 * time.Hour
+
 func benchRooms() []config.Room {
 	return []config.Room{{Name: "backend", SlackChannel: "C1", Agents: []string{"coder"}, Approvers: []string{"slack:UAPPROVER"}}}
 }
@@ -99,25 +102,14 @@ func fixture(top, b *testing.B, backend string, pending int) *benchFixture {
 	db, dir, per := openBench(top, backend)
 	top.Cleanup(func() { delete(benchFixtures, key) })
 	clk := clock.NewFake(benchStart)
-	rs := benchRooms()
-	ttlDur := 24 * time.Hour
 
 	// Not-due approvals: no surfaces, so no cards queued.
 	plain := requests.NewService(db, clk, "acme", nil)
-	plainAppr := approvals.New(approvals.Options{Requests: plain, Rooms: directory.New(rs, nil), TTL: ttlDur})
+	plainAppr := approvals.New(approvals.Options{Requests: plain, Rooms: directory.New(benchRooms(), nil), TTL: benchTTL})
 	plain.AddObserver(approvals.ObserverName, plainAppr.Observe)
 
 	// Due approvals, and the sweeps: with the thread and the approver's DM.
-	cards := requests.NewService(db, clk, "acme", nil)
-	roomDir := directory.New(rs, nil, chat.Slack)
-	th := threads.New(roomDir)
-	cards.AddObserver("threads", th.Observe)
-	appr := approvals.New(approvals.Options{Requests: cards, Rooms: roomDir, TTL: ttlDur, Threads: th})
-	cards.AddObserver(approvals.ObserverName, appr.Observe)
-	sw, err := ttl.New(ttl.Options{Clock: clk}, appr)
-	if err != nil {
-		b.Fatal(err)
-	}
+	cards, appr, sw := cardServices(b, db, clk)
 	f := &benchFixture{dir: dir, db: db, per: per, clk: clk, cards: cards, appr: appr, sweep: sw}
 	start := time.Now()
 	f.createMany(b, plain, benchStart, pending)
@@ -129,6 +121,23 @@ func fixture(top, b *testing.B, backend string, pending int) *benchFixture {
 	b.Logf("fixture: %d pending approvals on %s in %v%s", pending, backend, time.Since(start).Round(time.Millisecond), size)
 	benchFixtures[key] = f
 	return f
+}
+
+// cardServices are the services of the fixture's due approvals, on db:
+// their requests post cards in the thread and the approver's DM, and the
+// sweeper expires them.
+func cardServices(b *testing.B, db store.Store, clk *clock.Fake) (*requests.Service, *approvals.Service, *ttl.Sweeper) {
+	cards := requests.NewService(db, clk, "acme", nil)
+	roomDir := directory.New(benchRooms(), nil, chat.Slack)
+	th := threads.New(roomDir)
+	cards.AddObserver("threads", th.Observe)
+	appr := approvals.New(approvals.Options{Requests: cards, Rooms: roomDir, TTL: benchTTL, Threads: th})
+	cards.AddObserver(approvals.ObserverName, appr.Observe)
+	sw, err := ttl.New(ttl.Options{Clock: clk}, appr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return cards, appr, sw
 }
 
 // createMany creates n pending requests (and so n approvals), 1 ms apart from

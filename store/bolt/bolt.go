@@ -253,6 +253,17 @@ var fill = map[string]float64{
 	"timers": 1, "requests_by_state": 1, "approvals_open": 1, "approvals_inbox": 1,
 }
 
+// FillPercent is how full the store packs bucket's pages (bbolt's
+// Bucket.FillPercent, fill): a tool that writes the store's file through
+// bbolt itself (the sweep's raw ceiling, BenchmarkSweepCeiling) packs them
+// alike.
+func FillPercent(bucket string) float64 {
+	if f := fill[bucket]; f != 0 {
+		return f
+	}
+	return bbolt.DefaultFillPercent
+}
+
 // bucket returns bucket's handle, nil if it does not exist.
 func (t *tx) bucket(bucket string) *handle {
 	if h := t.buckets[bucket]; h != nil {
@@ -320,9 +331,7 @@ func (t *tx) put(bucket, key string, value []byte) error {
 		t.buckets[bucket] = h
 	}
 	b := h.b
-	if f := fill[bucket]; f != 0 {
-		b.FillPercent = f
-	}
+	b.FillPercent = FillPercent(bucket)
 	if value == nil {
 		value = []byte{}
 	}
