@@ -48,6 +48,7 @@ func prepareCardsExcept(a *Approval, m chat.Message, except string) ([]threads.P
 type settlement struct {
 	before, after *Approval
 	encoded       []byte             // after, as stored
+	edits         edits              // after's indexes, as they change
 	cards         []threads.Prepared // after's card, on each copy
 	retry         []threads.Prepared // an expired request's retry offer (settleExpiry)
 	request       requests.Read      // the request an expiry expires, as read when prepared (zero: none)
@@ -79,7 +80,7 @@ func settleExcept(a *Approval, to State, by, surface, reason string, now time.Ti
 	if err != nil {
 		return nil, err
 	}
-	st := &settlement{before: a, after: &after, encoded: enc}
+	st := &settlement{before: a, after: &after, encoded: enc, edits: editsOf(a, &after)}
 	if slices.ContainsFunc(after.Copies, func(c Copy) bool { return except == "" || c.queue() != except }) {
 		if st.cards, err = prepareCardsExcept(&after, Card(&after), except); err != nil {
 			return nil, err
@@ -90,7 +91,7 @@ func settleExcept(a *Approval, to State, by, surface, reason string, now time.Ti
 
 // applyTx writes the settlement, with every copy of the card updated.
 func (st *settlement) applyTx(tx store.Tx) (*Approval, error) {
-	if err := putTx(tx, st.before, st.after, st.encoded); err != nil {
+	if err := putEditsTx(tx, st.after, st.encoded, st.edits); err != nil {
 		return nil, err
 	}
 	if err := threads.EnqueueAll(tx, st.cards); err != nil {

@@ -60,8 +60,8 @@ func (a *Approval) inboxRooms() []string {
 }
 
 func inboxKey(room string, a *Approval, key string) string {
-	b := make([]byte, 0, len(room)+len(key)+15)
-	b = jsonx.AppendPadded(append(append(b, url.PathEscape(room)...), '/'), a.Created.UnixMilli(), 13)
+	var buf [96]byte // one allocation, the string's, for most keys
+	b := jsonx.AppendPadded(append(append(buf[:0], url.PathEscape(room)...), '/'), a.Created.UnixMilli(), 13)
 	return string(append(append(b, '/'), key...))
 }
 
@@ -69,48 +69,91 @@ func inboxKey(room string, a *Approval, key string) string {
 // expiry, inbox and open indexes in step with its state, and wakes its
 // waiters.
 func putTx(tx store.Tx, before, a *Approval, encoded []byte) error {
-	key := a.ref().key()
-	if err := moveNoticeTx(tx, before, a, key); err != nil {
-		return err
+	return putEditsTx(tx, a, encoded, editsOf(before, a))
+}
+
+// edits are the keys of the indexes of an approval's state that its move
+// from before to a changes (editsOf), and a's key: built ahead of the
+// transaction that writes them, off the store's writer, for a settlement.
+type edits struct {
+	key  string // a's, in bucketApprovals
+	list []edit
+}
+
+// edit puts (put) or deletes key in bucket; in the expiry index, as a
+// store.TimerKey, when bucket is "".
+type edit struct {
+	bucket, key string
+	put         bool
+}
+
+func (es *edits) add(bucket, key string, put bool) {
+	es.list = append(es.list, edit{bucket: bucket, key: key, put: put})
+}
+
+func (es *edits) timer(kind string, due time.Time, put bool) {
+	es.add("", string(store.TimerKeyOf(kind, due, es.key)), put)
+}
+
+// pending puts (put) or deletes the index keys of p while it is pending.
+func (es *edits) pending(p *Approval, put bool) {
+	es.timer(TimerKind, p.ExpiresAt, put)
+	for _, room := range p.inboxRooms() {
+		es.add(bucketInbox, inboxKey(room, p, es.key), put)
 	}
-	if before != nil && before.State == Pending && a.State != Pending {
-		if err := store.RemoveTimer(tx, TimerKind, before.ExpiresAt, key); err != nil {
-			return err
-		}
-		for _, room := range before.inboxRooms() {
-			if err := tx.Delete(bucketInbox, inboxKey(room, before, key)); err != nil {
-				return err
-			}
-		}
-		if err := tx.Delete(bucketOpen, key); err != nil {
-			return err
-		}
-		if before.Kind == KindQuestion {
-			for _, th := range before.threadRequests() {
-				if err := tx.Delete(bucketThreadQuestions, threadQuestionKey(th, before, key)); err != nil {
-					return err
-				}
-			}
+	es.add(bucketOpen, es.key, put)
+	if p.Kind == KindQuestion {
+		for _, th := range p.threadRequests() {
+			es.add(bucketThreadQuestions, threadQuestionKey(th, p, es.key), put)
 		}
 	}
-	if before == nil && a.State == Pending {
-		if err := store.AddTimer(tx, TimerKind, a.ExpiresAt, key); err != nil {
+}
+
+// editsOf are the edits of a's move from before (nil: a's creation): its
+// notice timer due at a.NoticeAt while a is pending, gone once it is
+// settled; and while it is pending, its expiry timer, its rooms' inboxes,
+// the open index and, for a question, its threads' questions.
+func editsOf(before, a *Approval) edits {
+	es := edits{key: a.ref().key(), list: make([]edit, 0, 5)}
+	var was, will time.Time
+	if before != nil && before.State == Pending {
+		was = before.NoticeAt
+	}
+	if a.State == Pending {
+		will = a.NoticeAt
+	}
+	if !was.Equal(will) && !was.IsZero() {
+		es.timer(NoticeKind, was, false)
+	}
+	if !was.Equal(will) && !will.IsZero() {
+		es.timer(NoticeKind, will, true)
+	}
+	switch {
+	case before != nil && before.State == Pending && a.State != Pending:
+		es.pending(before, false)
+	case before == nil && a.State == Pending:
+		es.pending(a, true)
+	}
+	return es
+}
+
+// putEditsTx writes a (encoded: its JSON, or nil to encode it here) under
+// es.key with the edits of es, and wakes a's waiters.
+func putEditsTx(tx store.Tx, a *Approval, encoded []byte, es edits) error {
+	for _, e := range es.list {
+		var err error
+		switch {
+		case e.bucket == "" && e.put:
+			err = store.TimerKey(e.key).Add(tx)
+		case e.bucket == "":
+			err = store.TimerKey(e.key).Remove(tx)
+		case e.put:
+			err = tx.Put(e.bucket, e.key, nil)
+		default:
+			err = tx.Delete(e.bucket, e.key)
+		}
+		if err != nil {
 			return err
-		}
-		for _, room := range a.inboxRooms() {
-			if err := tx.Put(bucketInbox, inboxKey(room, a, key), nil); err != nil {
-				return err
-			}
-		}
-		if err := tx.Put(bucketOpen, key, nil); err != nil {
-			return err
-		}
-		if a.Kind == KindQuestion {
-			for _, th := range a.threadRequests() {
-				if err := tx.Put(bucketThreadQuestions, threadQuestionKey(th, a, key), nil); err != nil {
-					return err
-				}
-			}
 		}
 	}
 	if encoded == nil {
@@ -119,33 +162,9 @@ func putTx(tx store.Tx, before, a *Approval, encoded []byte) error {
 			return err
 		}
 	}
-	if err := tx.Put(bucketApprovals, key, encoded); err != nil {
+	if err := tx.Put(bucketApprovals, es.key, encoded); err != nil {
 		return fmt.Errorf("approvals: write %s: %w", a.ID, err)
 	}
 	tx.Notify(TopicApprovals)
-	return nil
-}
-
-// moveNoticeTx keeps a's notice timer in step: due at a.NoticeAt while a is
-// pending, gone once it is settled.
-func moveNoticeTx(tx store.Tx, before, a *Approval, key string) error {
-	var was, will time.Time
-	if before != nil && before.State == Pending {
-		was = before.NoticeAt
-	}
-	if a.State == Pending {
-		will = a.NoticeAt
-	}
-	if was.Equal(will) {
-		return nil
-	}
-	if !was.IsZero() {
-		if err := store.RemoveTimer(tx, NoticeKind, was, key); err != nil {
-			return err
-		}
-	}
-	if !will.IsZero() {
-		return store.AddTimer(tx, NoticeKind, will, key)
-	}
 	return nil
 }

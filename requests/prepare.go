@@ -15,6 +15,7 @@ type preparedChange struct {
 	after                  *Request
 	encoded                []byte
 	record                 audit.Prepared
+	keys                   writeKeys
 }
 
 // PrepareChange computes c on the request rd read, and encodes the result
@@ -42,7 +43,8 @@ func (s *Service) PrepareChange(rd Read, c Change) Read {
 	if err != nil {
 		return rd
 	}
-	rd.change = &preparedChange{event: c.Event, actor: c.Actor, surface: c.Surface, detail: c.Detail, after: after, encoded: enc, record: rec}
+	rd.change = &preparedChange{event: c.Event, actor: c.Actor, surface: c.Surface, detail: c.Detail,
+		after: after, encoded: enc, record: rec, keys: keysOf(rd.key, rd.r, after)}
 	return rd
 }
 
@@ -57,14 +59,14 @@ func changeRecord(before, after *Request, c Change, now time.Time) audit.Record 
 
 // prepared returns a copy of the request after the change prepared as c,
 // its encoding and audit record (nil: none prepared).
-func (rd Read) prepared(c Change) (*Request, []byte, audit.Prepared) {
+func (rd Read) prepared(c Change) (*Request, []byte, audit.Prepared, writeKeys) {
 	pc := rd.change
 	if pc == nil || pc.event != c.Event || pc.actor != c.Actor || pc.surface != c.Surface || pc.detail != c.Detail {
-		return nil, nil, audit.Prepared{}
+		return nil, nil, audit.Prepared{}, writeKeys{}
 	}
 	after := *pc.after // a copy: a transaction may run again
 	after.References = append([]ID(nil), pc.after.References...)
-	return &after, pc.encoded, pc.record
+	return &after, pc.encoded, pc.record, pc.keys
 }
 
 // RefusedError is a change refused before anything was written (an

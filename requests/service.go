@@ -205,13 +205,33 @@ func (s *Service) createTx(tx store.Tx, a Ask, refs []ID, inherit bool) (*Reques
 
 // write stores r and keeps the indexes in step with its state.
 func (s *Service) write(tx store.Tx, before, r *Request, encoded []byte) error {
-	k := s.key(r.ID)
+	return s.writeKeysTx(tx, before, r, encoded, keysOf(s.key(r.ID), before, r))
+}
+
+// writeKeys are the keys write changes for a request's move from before
+// to r (keysOf): r's own, its states' in the index of states (was: none
+// for a new request), and its agent's topic; built ahead of the
+// transaction for a prepared change (PrepareChange), off the store's
+// writer.
+type writeKeys struct{ key, was, is, topic string }
+
+func keysOf(key string, before, r *Request) writeKeys {
+	w := writeKeys{key: key, is: r.State.String() + "/" + key, topic: TopicAgent(r.Agent)}
 	if before != nil {
-		if err := tx.Delete(bucketByState, before.State.String()+"/"+k); err != nil {
+		w.was = before.State.String() + "/" + key
+	}
+	return w
+}
+
+// writeKeysTx is write with r's keys w.
+func (s *Service) writeKeysTx(tx store.Tx, before, r *Request, encoded []byte, w writeKeys) error {
+	k := w.key
+	if before != nil {
+		if err := tx.Delete(bucketByState, w.was); err != nil {
 			return err
 		}
 	}
-	if err := tx.Put(bucketByState, r.State.String()+"/"+k, nil); err != nil {
+	if err := tx.Put(bucketByState, w.is, nil); err != nil {
 		return err
 	}
 	if before != nil && before.Agent != r.Agent {
@@ -227,7 +247,6 @@ func (s *Service) write(tx store.Tx, before, r *Request, encoded []byte) error {
 	if err := s.countQueued(tx, before, r); err != nil {
 		return fmt.Errorf("requests: write %s: %w", r.ID, err)
 	}
-	qk := s.owner + "/" + r.Agent + "/" + r.ID.Key()
 	same := before != nil && before.Agent == r.Agent
 	for _, idx := range []struct {
 		bucket  string
@@ -237,9 +256,9 @@ func (s *Service) write(tx store.Tx, before, r *Request, encoded []byte) error {
 		var err error
 		switch {
 		case idx.in:
-			err = tx.Put(idx.bucket, qk, nil)
+			err = tx.Put(idx.bucket, s.owner+"/"+r.Agent+"/"+r.ID.Key(), nil)
 		case idx.was:
-			err = tx.Delete(idx.bucket, qk)
+			err = tx.Delete(idx.bucket, s.owner+"/"+r.Agent+"/"+r.ID.Key())
 		}
 		if err != nil {
 			return err
@@ -255,7 +274,7 @@ func (s *Service) write(tx store.Tx, before, r *Request, encoded []byte) error {
 		return fmt.Errorf("requests: write %s: %w", r.ID, err)
 	}
 	tx.Notify(TopicRequests)
-	tx.Notify(TopicAgent(r.Agent))
+	tx.Notify(w.topic)
 	return nil
 }
 
@@ -282,6 +301,7 @@ func (s *Service) GetTx(tx store.Tx, id ID) (*Request, error) {
 type Read struct {
 	raw    []byte
 	r      *Request
+	key    string          // r's store key
 	change *preparedChange // PrepareChange
 }
 
@@ -293,25 +313,29 @@ func (s *Service) ReadTx(tx store.Tx, id ID) (Read, error) {
 // readTx reads request id, reusing hint's decoded request if the stored
 // bytes are still the ones hint was decoded from.
 func (s *Service) readTx(tx store.Tx, id ID, hint Read) (Read, error) {
+	key := hint.key
+	if hint.r == nil || hint.r.ID != id || key == "" {
+		key = s.key(id)
+	}
 	if hint.r != nil && hint.r.ID == id {
-		same, err := store.Unchanged(tx, bucketRequests, s.key(id), hint.raw)
+		same, err := store.Unchanged(tx, bucketRequests, key, hint.raw)
 		if err != nil {
 			return Read{}, s.readErr(id, err)
 		}
 		if same {
 			r := *hint.r // a copy: a transaction may run again
-			return Read{raw: hint.raw, r: &r, change: hint.change}, nil
+			return Read{raw: hint.raw, r: &r, key: key, change: hint.change}, nil
 		}
 	}
-	b, err := tx.Get(bucketRequests, s.key(id))
+	b, err := tx.Get(bucketRequests, key)
 	if err != nil {
 		return Read{}, s.readErr(id, err)
 	}
 	var r Request
 	if err := store.Decode(b, &r); err != nil {
-		return Read{}, fmt.Errorf("requests: get %s: store: decode %s/%s: %w", id, bucketRequests, s.key(id), err)
+		return Read{}, fmt.Errorf("requests: get %s: store: decode %s/%s: %w", id, bucketRequests, key, err)
 	}
-	return Read{raw: b, r: &r}, nil
+	return Read{raw: b, r: &r, key: key}, nil
 }
 
 // readErr is the error of reading request id.
@@ -365,7 +389,7 @@ func (s *Service) ApplyReadTx(tx store.Tx, id ID, hint Read, c Change) (*Request
 		return nil, err
 	}
 	before := rd.r
-	after, enc, rec := rd.prepared(c)
+	after, enc, rec, keys := rd.prepared(c)
 	if after == nil {
 		now := s.clock.Now().UTC()
 		if after, err = transition(before, c, now); err != nil {
@@ -374,8 +398,9 @@ func (s *Service) ApplyReadTx(tx store.Tx, id ID, hint Read, c Change) (*Request
 		if rec, err = audit.Prepare(changeRecord(before, after, c, now)); err != nil {
 			return nil, err
 		}
+		keys = keysOf(rd.key, before, after)
 	}
-	if err := s.write(tx, before, after, enc); err != nil {
+	if err := s.writeKeysTx(tx, before, after, enc, keys); err != nil {
 		return nil, err
 	}
 	if err := rec.AppendTx(tx); err != nil {

@@ -111,20 +111,36 @@ type Timer struct {
 // timerKey orders timers by kind, then due time (zero-padded unix ms), then id,
 // so that everything due is one contiguous key range.
 func timerKey(kind string, due time.Time, id string) string {
-	b := make([]byte, 0, len(kind)+len(id)+15)
-	b = jsonx.AppendPadded(append(append(b, kind...), '/'), due.UnixMilli(), 13)
+	var buf [96]byte // one allocation, the string's, for most keys
+	b := jsonx.AppendPadded(append(append(buf[:0], kind...), '/'), due.UnixMilli(), 13)
 	return string(append(append(b, '/'), id...))
 }
 
+// TimerKey is a timer's key in the expiry index (TimerKeyOf): built ahead
+// of the transaction that adds or removes the timer, off the store's
+// writer (the sweeper prepares an expiry's in its read phase).
+type TimerKey string
+
+// TimerKeyOf is the key of id's timer of kind, due at due.
+func TimerKeyOf(kind string, due time.Time, id string) TimerKey {
+	return TimerKey(timerKey(kind, due, id))
+}
+
+// Add puts k's timer into the expiry index.
+func (k TimerKey) Add(tx Tx) error { return tx.Put(bucketTimers, string(k), nil) }
+
+// Remove takes k's timer out of the expiry index.
+func (k TimerKey) Remove(tx Tx) error { return tx.Delete(bucketTimers, string(k)) }
+
 // AddTimer puts id into the expiry index of kind, due at due.
 func AddTimer(tx Tx, kind string, due time.Time, id string) error {
-	return tx.Put(bucketTimers, timerKey(kind, due, id), nil)
+	return TimerKeyOf(kind, due, id).Add(tx)
 }
 
 // RemoveTimer takes id out of the expiry index; due must be the time it was
 // added with.
 func RemoveTimer(tx Tx, kind string, due time.Time, id string) error {
-	return tx.Delete(bucketTimers, timerKey(kind, due, id))
+	return TimerKeyOf(kind, due, id).Remove(tx)
 }
 
 // DueTimers returns up to limit timers of kind due at or before now, earliest
