@@ -45,11 +45,15 @@ func key(ms int64, seq uint64) string {
 // Append writes r inside tx, assigning its sequence number. Call it in the same
 // transaction as the change it records.
 func Append(tx store.Tx, r Record) error {
-	p, err := Prepare(r)
-	if err != nil {
-		return err
-	}
-	return p.AppendTx(tx)
+	r.Time = r.Time.UTC()
+	return appendTx(tx, r.Time.UnixMilli(), r.RequestID, func(seq uint64) ([]byte, error) {
+		r.Seq = seq
+		b, err := encodeRecord(&r)
+		if err != nil {
+			return nil, fmt.Errorf("audit: append: %w", err)
+		}
+		return b, nil
+	})
 }
 
 // Prepared is a record encoded ahead of the transaction that appends it
@@ -77,16 +81,26 @@ func (p Prepared) AppendTx(tx store.Tx) error {
 	if p.rec == nil {
 		return errors.New("audit: append: a record not prepared (Prepare)")
 	}
+	return appendTx(tx, p.ms, p.requestID, func(seq uint64) ([]byte, error) { return p.rec.With(seq), nil })
+}
+
+// appendTx writes the record that record encodes with its sequence number,
+// at ms, of request requestID ("": none) (Append, AppendTx).
+func appendTx(tx store.Tx, ms int64, requestID string, record func(seq uint64) ([]byte, error)) error {
 	seq, err := store.NextSeq(tx, "audit")
 	if err != nil {
 		return fmt.Errorf("audit: append: %w", err)
 	}
-	k := key(p.ms, seq)
-	if err := tx.Put(bucketLog, k, p.rec.With(seq)); err != nil {
+	b, err := record(seq)
+	if err != nil {
+		return err
+	}
+	k := key(ms, seq)
+	if err := tx.Put(bucketLog, k, b); err != nil {
 		return fmt.Errorf("audit: append: %w", err)
 	}
-	if p.requestID != "" {
-		if err := tx.Put(bucketByReq, p.requestID+"/"+k, nil); err != nil {
+	if requestID != "" {
+		if err := tx.Put(bucketByReq, requestID+"/"+k, nil); err != nil {
 			return fmt.Errorf("audit: append: %w", err)
 		}
 	}

@@ -246,11 +246,21 @@ func outboxKey(seq uint64) string {
 // names an undelivered effect, that one is dropped: the newest effect of a
 // coalesce key is the only one delivered.
 func Enqueue(tx Tx, e *Effect) error {
-	p, err := PrepareEffect(*e)
-	if err != nil {
-		return err
+	if e.Span < 0 {
+		return fmt.Errorf("store: enqueue: a span of %d (0 or more)", e.Span)
 	}
-	e.Seq, err = p.enqueueTx(tx)
+	seq, err := enqueueTx(tx, e.Coalesce, e.Span, func(seq uint64) ([]byte, error) {
+		c := *e
+		c.Seq = seq
+		b, err := encodeEffect(&c)
+		if err != nil {
+			return nil, fmt.Errorf("store: outbox: %w", err)
+		}
+		return b, nil
+	})
+	if err == nil {
+		e.Seq = seq
+	}
 	return err
 }
 
@@ -287,14 +297,25 @@ func (p PreparedEffect) EnqueueTx(tx Tx) error {
 }
 
 func (p PreparedEffect) enqueueTx(tx Tx) (uint64, error) {
-	seq, err := nextSeqs(tx, "outbox", uint64(max(p.span, 1)))
+	return enqueueTx(tx, p.coalesce, p.span, func(seq uint64) ([]byte, error) { return p.rec.With(seq), nil })
+}
+
+// enqueueTx appends the effect that record encodes with its sequence
+// number to the outbox, reserving span numbers, dropping the undelivered
+// effect of coalesceKey (Enqueue, EnqueueTx).
+func enqueueTx(tx Tx, coalesceKey string, span int, record func(seq uint64) ([]byte, error)) (uint64, error) {
+	seq, err := nextSeqs(tx, "outbox", uint64(max(span, 1)))
 	if err != nil {
 		return 0, err
 	}
-	if _, err := coalesce(tx, p.coalesce, seq); err != nil {
+	if _, err := coalesce(tx, coalesceKey, seq); err != nil {
 		return 0, err
 	}
-	if err := tx.Put(bucketOutbox, outboxKey(seq), p.rec.With(seq)); err != nil {
+	b, err := record(seq)
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Put(bucketOutbox, outboxKey(seq), b); err != nil {
 		return 0, err
 	}
 	tx.Notify(TopicOutbox)
