@@ -400,7 +400,7 @@ func putEffect(tx Tx, e *Effect) error {
 // byte by byte, inside the store's single writer (a fifth of a sweep's
 // expiry in BenchmarkSweep went there). The payload is written as it is.
 func encodeEffect(e *Effect) ([]byte, error) {
-	o := jsonx.NewObject(160 + len(e.Payload))
+	o := jsonx.NewObject(160 + len(e.Queue) + len(e.Coalesce) + len(e.Payload) + len(e.LastError))
 	o.Uint("seq", e.Seq, false)
 	o.String("queue", e.Queue, false)
 	o.String("coalesce", e.Coalesce, true)
