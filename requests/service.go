@@ -223,6 +223,9 @@ func keysOf(key string, before, r *Request) writeKeys {
 	return w
 }
 
+// queueKey is request id's key in agent's queue and running indexes.
+func (s *Service) queueKey(agent string, id ID) string { return s.owner + "/" + agent + "/" + id.Key() }
+
 // writeKeysTx is write with r's keys w.
 func (s *Service) writeKeysTx(tx store.Tx, before, r *Request, encoded []byte, w writeKeys) error {
 	k := w.key
@@ -236,7 +239,7 @@ func (s *Service) writeKeysTx(tx store.Tx, before, r *Request, encoded []byte, w
 	}
 	if before != nil && before.Agent != r.Agent {
 		// Reassigned: leave the old agent's queue and running indexes.
-		old := s.owner + "/" + before.Agent + "/" + r.ID.Key()
+		old := s.queueKey(before.Agent, r.ID)
 		if err := tx.Delete(bucketQueue, old); err != nil {
 			return err
 		}
@@ -256,9 +259,9 @@ func (s *Service) writeKeysTx(tx store.Tx, before, r *Request, encoded []byte, w
 		var err error
 		switch {
 		case idx.in:
-			err = tx.Put(idx.bucket, s.owner+"/"+r.Agent+"/"+r.ID.Key(), nil)
+			err = tx.Put(idx.bucket, s.queueKey(r.Agent, r.ID), nil)
 		case idx.was:
-			err = tx.Delete(idx.bucket, s.owner+"/"+r.Agent+"/"+r.ID.Key())
+			err = tx.Delete(idx.bucket, s.queueKey(r.Agent, r.ID))
 		}
 		if err != nil {
 			return err
