@@ -246,8 +246,8 @@ func outboxKey(seq uint64) string {
 // names an undelivered effect, that one is dropped: the newest effect of a
 // coalesce key is the only one delivered.
 func Enqueue(tx Tx, e *Effect) error {
-	if e.Span < 0 {
-		return fmt.Errorf("store: enqueue: a span of %d (0 or more)", e.Span)
+	if err := checkSpan(e.Span); err != nil {
+		return err
 	}
 	seq, err := enqueueTx(tx, e.Coalesce, e.Span, func(seq uint64) ([]byte, error) {
 		c := *e
@@ -264,6 +264,14 @@ func Enqueue(tx Tx, e *Effect) error {
 	return err
 }
 
+// checkSpan refuses a negative span (Enqueue, PrepareEffect).
+func checkSpan(span int) error {
+	if span < 0 {
+		return fmt.Errorf("store: enqueue: a span of %d (0 or more)", span)
+	}
+	return nil
+}
+
 // PreparedEffect is an effect encoded ahead of the transaction that
 // enqueues it (PrepareEffect), all but its sequence number, which
 // EnqueueTx assigns: the sweeper prepares an expiry's effect off the
@@ -276,8 +284,8 @@ type PreparedEffect struct {
 
 // PrepareEffect encodes e (its Seq aside) for EnqueueTx.
 func PrepareEffect(e Effect) (PreparedEffect, error) {
-	if e.Span < 0 {
-		return PreparedEffect{}, fmt.Errorf("store: enqueue: a span of %d (0 or more)", e.Span)
+	if err := checkSpan(e.Span); err != nil {
+		return PreparedEffect{}, err
 	}
 	e.Seq = 0
 	b, err := encodeEffect(&e)
