@@ -140,21 +140,29 @@ type Store struct {
 	// guessed missing. Used only by the committing goroutine.
 	present *recent
 
-	// warm is what the last committed group read and wrote, as of the
-	// revision of its Txn: the next group starts from it instead of reading
-	// the same keys (sequence counters, indexes) from etcd again. Its
-	// entries are only a starting point: the next Txn compares the
-	// ModRevision of every key it read, cached or not, so a key another
-	// writer changed makes it a conflict, run again from fresh reads. Used
-	// only by the committing goroutine.
-	warm    map[string]cached
-	warmRev int64
-	warmAt  time.Time
+	// warm is what the committed groups read and wrote, as of the
+	// revision of the last one's Txn: the next group starts from it instead
+	// of reading the same keys (sequence counters, indexes) from etcd
+	// again. Its entries are only a starting point: the next Txn compares
+	// the ModRevision of every key it read, cached or not, so a key another
+	// writer changed makes it a conflict, run again from fresh reads. It
+	// holds two generations of at most warmKeys keys each (warm, the newer,
+	// and warmOld): a key found in the older moves to the newer, and when
+	// the newer is full it becomes the older and the older is dropped, so
+	// the keys every group touches (counters) stay while the keys written
+	// once (requests, records) leave. Used only by the committing goroutine.
+	warm, warmOld map[string]cached
+	warmRev       int64
+	warmAt        time.Time
 }
 
 // warmFor bounds how long a warm cache is used: its revision must not be
-// compacted away before a group reads at it.
-const warmFor = time.Second
+// compacted away before a group reads at it. A variable for the tests.
+var warmFor = time.Second
+
+// warmKeys bounds a generation of the warm cache: about a megabyte of
+// creations' keys and values.
+const warmKeys = 4096
 
 var _ store.Store = (*Store)(nil)
 
@@ -323,6 +331,7 @@ func (s *Store) runCall(g *group, c *store.Call) (*tx, error) {
 	}
 	for k := range t.guessed {
 		delete(g.cache, k) // a member's guess of k is still compared: a conflict if k is there
+		delete(g.older, k)
 	}
 	guess := g.guess
 	g.guess = false
@@ -334,12 +343,12 @@ func (s *Store) runCall(g *group, c *store.Call) (*tx, error) {
 // takeWarm starts g from the warm cache, if it is recent, and reports
 // whether it did; the cache is the group's from now on.
 func (s *Store) takeWarm(g *group) bool {
-	w := s.warm
-	s.warm = nil
+	w, old := s.warm, s.warmOld
+	s.warm, s.warmOld = nil, nil
 	if w == nil || time.Since(s.warmAt) > warmFor {
 		return false
 	}
-	g.cache, g.rev = w, s.warmRev
+	g.cache, g.older, g.rev, g.warm = w, old, s.warmRev, true
 	return true
 }
 
@@ -350,11 +359,11 @@ func (s *Store) keepWarm(g *group, rev int64, verified bool) {
 	if rev == 0 {
 		return
 	}
-	c := g.cache
+	c, old := g.cache, g.older
 	if !verified || len(g.spans) > 0 {
 		// A Scan's keys are not in the cache, but a read may be stale
 		// without its compare: keep only what this Txn wrote.
-		c = make(map[string]cached, len(g.writes))
+		c, old = make(map[string]cached, len(g.writes)), nil
 	}
 	s.remember(g)
 	for k, w := range g.writes {
@@ -364,7 +373,10 @@ func (s *Store) keepWarm(g *group, rev int64, verified bool) {
 			c[k] = cached{value: w.value, modRev: rev}
 		}
 	}
-	s.warm, s.warmRev, s.warmAt = c, rev, time.Now()
+	if len(c) > warmKeys {
+		c, old = make(map[string]cached, warmKeys), c
+	}
+	s.warm, s.warmOld, s.warmRev, s.warmAt = c, old, rev, time.Now()
 }
 
 // remember adds the keys of Options.Absent that committed group g wrote, or
@@ -425,7 +437,8 @@ var errConflict = errors.New("store: etcd: conflict")
 // txn commits g's writes as one etcd Txn guarded by the fence and g's read
 // compares.
 func (s *Store) txn(g *group, fenceKey string, fenceRev int64) (rev int64, verified bool, err error) {
-	if len(g.writes) == 0 && fenceKey == "" && len(g.guessed) == 0 {
+	check := len(g.writes) > 0 || len(g.guessed) > 0 || g.behind()
+	if !check && fenceKey == "" {
 		return 0, false, nil // nothing to write, nothing to check
 	}
 	var cmps []clientv3.Cmp
@@ -438,7 +451,7 @@ func (s *Store) txn(g *group, fenceKey string, fenceRev int64) (rev int64, verif
 	if len(g.guessed) > s.opt.MaxTxnOps-len(cmps) {
 		return 0, false, errConflict // the guesses cannot all be checked: read them
 	}
-	if len(g.writes) > 0 || len(g.guessed) > 0 {
+	if check {
 		reads := g.compares(s.opt.MaxTxnOps - len(cmps))
 		verified = len(reads) == len(g.spans)+len(g.reads)
 		cmps = append(cmps, reads...)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/store/etcd"
@@ -339,27 +340,10 @@ func TestEmptyUpdateIsFenced(t *testing.T) {
 func TestWarmCacheNeverServesAStaleValue(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
+	t.Cleanup(etcd.KeepWarm(time.Hour))
 	s := open(t, cli, etcd.Options{Prefix: "/wc"})
 	ctx := context.Background()
-	incr := func() (string, int) {
-		runs := 0
-		var seen string
-		if err := s.Update(ctx, func(tx store.Tx) error {
-			runs++
-			v, err := tx.Get("c", "n")
-			if errors.Is(err, store.ErrNotFound) {
-				v, err = nil, nil
-			}
-			if err != nil {
-				return err
-			}
-			seen = string(v)
-			return tx.Put("c", "n", append(v, '+'))
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return seen, runs
-	}
+	incr := func() (string, int) { return incrWith(t, s, nil) }
 	if seen, _ := incr(); seen != "" {
 		t.Fatalf("first read %q, want nothing", seen)
 	}
@@ -381,5 +365,107 @@ func TestWarmCacheNeverServesAStaleValue(t *testing.T) {
 	got, _ := cli.Get(ctx, "/wc/c/n")
 	if v := string(got.Kvs[0].Value); v != "+" {
 		t.Errorf("value %q, want +", v)
+	}
+}
+
+// incrWith appends a '+' to key c/n in one Update (which also runs more, if
+// given) and returns what it read there and how many times the Update ran.
+func incrWith(t *testing.T, s *etcd.Store, more func(store.Tx) error) (string, int) {
+	t.Helper()
+	runs := 0
+	var seen string
+	if err := s.Update(context.Background(), func(tx store.Tx) error {
+		runs++
+		v, err := tx.Get("c", "n")
+		if errors.Is(err, store.ErrNotFound) {
+			v, err = nil, nil
+		}
+		if err != nil {
+			return err
+		}
+		seen = string(v)
+		if more != nil {
+			if err := more(tx); err != nil {
+				return err
+			}
+		}
+		return tx.Put("c", "n", append(v, '+'))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return seen, runs
+}
+
+// gets counts the reads (Get calls) a client makes.
+type gets struct {
+	clientv3.KV
+	n atomic.Int64
+}
+
+func (g *gets) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	g.n.Add(1)
+	return g.KV.Get(ctx, key, opts...)
+}
+
+// The warm cache is bounded: a key every group reads stays in it (never
+// read from etcd again), a key read once and then not again leaves it,
+// and it never holds more than two generations of keys, however many the
+// groups write. An Update that only reads, from the warm cache's revision,
+// still sees a foreign write made since.
+func TestWarmCacheIsBounded(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	t.Cleanup(etcd.KeepWarm(time.Hour)) // restored after the store closes
+	counted := &gets{KV: cli.KV}
+	cli.KV = counted
+	s := open(t, cli, etcd.Options{Prefix: "/wb"})
+	ctx := context.Background()
+	readOnce := func() (string, int64) {
+		var v []byte
+		before := counted.n.Load()
+		if err := s.Update(ctx, func(tx store.Tx) error {
+			var err error
+			v, err = tx.Get("x", "once")
+			if errors.Is(err, store.ErrNotFound) {
+				v, err = []byte("ours"), tx.Put("x", "once", []byte("ours"))
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return string(v), counted.n.Load() - before
+	}
+	readOnce()
+	incrWith(t, s, nil)
+	if v, n := readOnce(); v != "ours" || n != 0 {
+		t.Fatalf("x/once read again at once: %q with %d reads from etcd, want ours with 0 (warm)", v, n)
+	}
+	before := counted.n.Load()
+	const perUpdate = 100
+	for i := 0; i < 3*etcd.WarmKeys/perUpdate; i++ {
+		incrWith(t, s, func(tx store.Tx) error {
+			for j := range perUpdate {
+				if err := tx.Put("r", fmt.Sprintf("%06d", i*perUpdate+j), []byte("value")); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if n := s.WarmLen(); n > 2*etcd.WarmKeys+perUpdate+2 {
+			t.Fatalf("after %d keys written the warm cache holds %d, want at most two generations of %d", (i+1)*perUpdate, n, etcd.WarmKeys)
+		}
+	}
+	if n := counted.n.Load() - before; n != 0 {
+		t.Errorf("the key every group reads was read %d times from etcd, want 0 (warm throughout)", n)
+	}
+	if v, n := readOnce(); v != "ours" || n != 1 {
+		t.Errorf("x/once after %d other keys: %q with %d reads from etcd, want ours with 1 (gone from the cache)", 3*etcd.WarmKeys, v, n)
+	}
+	incrWith(t, s, nil) // a write: the next group starts warm
+	if _, err := cli.Put(ctx, "/wb/x/once", "theirs"); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := readOnce(); v != "theirs" {
+		t.Errorf("a read-only Update after a foreign write: %q, want theirs", v)
 	}
 }

@@ -33,6 +33,8 @@ type group struct {
 	reads  map[string]int64 // full key → ModRevision seen (0: missing)
 	spans  []span
 	cache  map[string]cached // values read at rev, shared by the group's calls
+	older  map[string]cached // the warm cache's older generation (Store.warm)
+	warm   bool              // started from the warm cache: rev may be behind etcd
 
 	guess   bool            // reads of Options.Absent may be guessed missing
 	guessed map[string]bool // keys taken as missing without a read
@@ -45,6 +47,26 @@ type cached struct {
 	// guessed: taken as missing without a read (Options.Absent); every
 	// Update that uses it compares it, whatever the ops limit.
 	guessed bool
+}
+
+// behind reports whether what g read may be behind etcd: it read at the
+// warm cache's revision, not at one etcd gave it. Its reads are compared
+// at commit even if it writes nothing, so that an Update never answers
+// from a stale view.
+func (g *group) behind() bool { return g.warm && len(g.reads)+len(g.spans) > 0 }
+
+// cached looks key up in the group's cache, then in the warm cache's older
+// generation, moving what it finds there to the newer.
+func (g *group) cached(key string) (cached, bool) {
+	c, ok := g.cache[key]
+	if ok || g.older == nil {
+		return c, ok
+	}
+	if c, ok = g.older[key]; ok {
+		delete(g.older, key)
+		g.cache[key] = c
+	}
+	return c, ok
 }
 
 // fits reports whether t's writes can join the group's Txn.
@@ -183,7 +205,7 @@ func (t *tx) Get(bucket, key string) ([]byte, error) {
 		}
 		return append([]byte{}, w.value...), nil
 	}
-	c, ok := t.g.cache[full]
+	c, ok := t.g.cached(full)
 	switch {
 	case ok && !c.guessed:
 	case ok || (t.writable && t.g.guess && t.g.s.absent[bucket] && !t.g.s.present.has(full)):
