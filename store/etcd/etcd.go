@@ -154,6 +154,7 @@ type Store struct {
 	warm, warmOld map[string]cached
 	warmRev       int64
 	warmAt        time.Time
+	warmTerm      int64 // the fence's term (its revision) the cache was kept in
 }
 
 // warmFor bounds how long a warm cache is used: its revision must not be
@@ -239,7 +240,6 @@ func (s *Store) commit(batch []*store.Call) {
 	for len(batch) > 0 {
 		ctx, cancel := s.groupContext(batch)
 		g := &group{s: s, ctx: ctx, writes: map[string]write{}, reads: map[string]int64{}, cache: map[string]cached{}, guess: guess}
-		warm := s.takeWarm(g)
 		var fenceKey string
 		var fenceRev int64
 		if f := s.opt.Fence; f != nil {
@@ -256,6 +256,7 @@ func (s *Store) commit(batch []*store.Call) {
 				return
 			}
 		}
+		warm := s.takeWarm(g, fenceRev)
 		members, topics, rest := s.runGroup(g, batch, fenceKey != "")
 		rev, verified, err := s.txn(g, fenceKey, fenceRev)
 		cancel()
@@ -276,7 +277,7 @@ func (s *Store) commit(batch []*store.Call) {
 				c.Done(err)
 			}
 		default:
-			s.keepWarm(g, rev, verified)
+			s.keepWarm(g, rev, verified, fenceRev)
 			for i, c := range members {
 				s.Publish(topics[i]...)
 				c.Done(nil)
@@ -340,12 +341,14 @@ func (s *Store) runCall(g *group, c *store.Call) (*tx, error) {
 	return t, c.Run(t)
 }
 
-// takeWarm starts g from the warm cache, if it is recent, and reports
-// whether it did; the cache is the group's from now on.
-func (s *Store) takeWarm(g *group) bool {
+// takeWarm starts g from the warm cache, if it is recent and was kept in
+// the fence's term (another leader may have written between two terms of
+// this one), and reports whether it did; the cache is the group's from now
+// on.
+func (s *Store) takeWarm(g *group, term int64) bool {
 	w, old := s.warm, s.warmOld
 	s.warm, s.warmOld = nil, nil
-	if w == nil || time.Since(s.warmAt) > warmFor {
+	if w == nil || time.Since(s.warmAt) > warmFor || term != s.warmTerm {
 		return false
 	}
 	g.cache, g.older, g.rev, g.warm = w, old, s.warmRev, true
@@ -353,9 +356,10 @@ func (s *Store) takeWarm(g *group) bool {
 }
 
 // keepWarm keeps what group g read and wrote as the warm cache, as of
-// revision rev, its Txn's (0: no Txn was made, nothing is kept). Reads are
-// kept only if the Txn compared them all (verified).
-func (s *Store) keepWarm(g *group, rev int64, verified bool) {
+// revision rev, its Txn's (0: no Txn was made, nothing is kept), in the
+// fence's term. Reads are kept only if the Txn compared them all
+// (verified).
+func (s *Store) keepWarm(g *group, rev int64, verified bool, term int64) {
 	if rev == 0 {
 		return
 	}
@@ -376,7 +380,7 @@ func (s *Store) keepWarm(g *group, rev int64, verified bool) {
 	if len(c) > warmKeys {
 		c, old = make(map[string]cached, warmKeys), c
 	}
-	s.warm, s.warmOld, s.warmRev, s.warmAt = c, old, rev, time.Now()
+	s.warm, s.warmOld, s.warmRev, s.warmAt, s.warmTerm = c, old, rev, time.Now(), term
 }
 
 // remember adds the keys of Options.Absent that committed group g wrote, or
@@ -454,6 +458,11 @@ func (s *Store) txn(g *group, fenceKey string, fenceRev int64) (rev int64, verif
 	if check {
 		reads := g.compares(s.opt.MaxTxnOps - len(cmps))
 		verified = len(reads) == len(g.spans)+len(g.reads)
+		if g.warm && !verified {
+			// Reads at the warm revision that the Txn cannot all compare
+			// may be stale: run the group again from etcd.
+			return 0, false, errConflict
+		}
 		cmps = append(cmps, reads...)
 	}
 	ops := make([]clientv3.Op, 0, len(g.writes))

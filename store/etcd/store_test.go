@@ -469,3 +469,79 @@ func TestWarmCacheIsBounded(t *testing.T) {
 		t.Errorf("a read-only Update after a foreign write: %q, want theirs", v)
 	}
 }
+
+// A new term of this instance starts cold: another leader may have written
+// between its terms, so the warm cache of the earlier one is not used (the
+// group reads from etcd and runs once, not twice after a conflict).
+func TestWarmCacheIsPerTerm(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	ctx := context.Background()
+	t.Cleanup(etcd.KeepWarm(time.Hour))
+	f := newFence(t, cli)
+	s := open(t, cli, etcd.Options{Prefix: "/wt", Fence: f})
+	incrWith(t, s, nil)
+	newTerm := func() int64 {
+		if _, err := cli.Delete(ctx, f.key); err != nil {
+			t.Fatal(err)
+		}
+		put, err := cli.Put(ctx, f.key, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return put.Header.Revision
+	}
+	newTerm() // another leader's term, in which it writes
+	if _, err := cli.Put(ctx, "/wt/c/n", "5"); err != nil {
+		t.Fatal(err)
+	}
+	f.rev = newTerm() // this instance leads again
+	if seen, runs := incrWith(t, s, nil); seen != "5" || runs != 1 {
+		t.Errorf("first Update of the new term: read %q in %d runs, want 5 in 1 (from etcd, not the last term's cache)", seen, runs)
+	}
+}
+
+// A group that read at the warm cache's revision more keys than its Txn
+// can compare runs again from etcd: an uncompared warm read may be stale.
+func TestWarmGroupOverTheOpsLimitRunsAgain(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	ctx := context.Background()
+	t.Cleanup(etcd.KeepWarm(time.Hour))
+	s := open(t, cli, etcd.Options{Prefix: "/wl", MaxTxnOps: 8})
+	const n = 21
+	for from := 0; from < n; from += 7 {
+		if err := s.Update(ctx, func(tx store.Tx) error {
+			for i := from; i < from+7; i++ {
+				if err := tx.Put("b", fmt.Sprintf("k%02d", i), []byte("ours")); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := fmt.Sprintf("k%02d", n-1) // compared last, so not at all
+	if _, err := cli.Put(ctx, "/wl/b/"+last, "theirs"); err != nil {
+		t.Fatal(err)
+	}
+	var seen string
+	runs := 0
+	if err := s.Update(ctx, func(tx store.Tx) error {
+		runs++
+		for i := range n {
+			v, err := tx.Get("b", fmt.Sprintf("k%02d", i))
+			if err != nil {
+				return err
+			}
+			seen = string(v)
+		}
+		return tx.Put("b", "sum", []byte(seen))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if seen != "theirs" || runs != 2 {
+		t.Errorf("%s read %q in %d runs, want theirs in 2 (the warm run compared 8 of %d reads)", last, seen, runs, n)
+	}
+}

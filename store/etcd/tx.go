@@ -77,7 +77,9 @@ func (g *group) fits(t *tx, fenced bool) bool {
 	}
 	n, size := len(g.writes), g.bytes()
 	for k, w := range t.writes {
-		if _, ok := g.writes[k]; !ok {
+		if was, ok := g.writes[k]; ok {
+			size += len(w.value) - len(was.value) // t's value replaces the group's
+		} else {
 			n++
 			size += len(k) + len(w.value)
 		}
