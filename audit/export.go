@@ -60,10 +60,10 @@ func Export(ctx context.Context, s store.Store, q Query, f Format, w io.Writer, 
 		return 0, fmt.Errorf("audit: export: %w", err)
 	}
 	var n uint64
-	release, _ := s.(memoryReleaser)
 	var raw rawRecord
 	var rec Record
 	err = s.View(ctx, func(tx store.Tx) error {
+		release, _ := tx.(memoryReleaser)
 		return eachRaw(ctx, tx, q, func(v []byte) error {
 			ok := raw.parse(v)
 			var in bool

@@ -132,14 +132,29 @@ func commitErr(err error) error {
 // ReleaseMemory drops the pages of the mapped file from this process's
 // resident set (madvise MADV_DONTNEED on bbolt's read-only shared mapping):
 // they stay in the page cache and fault back in when read again. Long scans
-// (audit exports) call it so that their memory stays constant.
+// (audit exports) call it, on the transaction they read in, so that their
+// memory stays constant.
 func (d *DB) ReleaseMemory() {
-	st, err := os.Stat(d.db.Path())
-	if err != nil {
-		return
-	}
-	size := (st.Size() + int64(os.Getpagesize()) - 1) &^ int64(os.Getpagesize()-1)
-	_, _, _ = syscall.Syscall(syscall.SYS_MADVISE, d.db.Info().Data, uintptr(size), syscall.MADV_DONTNEED)
+	_ = d.db.View(func(btx *bbolt.Tx) error { releaseMapped(btx); return nil })
+}
+
+// ReleaseMemory is DB.ReleaseMemory from inside a transaction.
+func (t *tx) ReleaseMemory() { releaseMapped(t.btx) }
+
+// releaseMapped drops the resident pages of btx's database mapping, up to
+// the size of its data (mappedSpan).
+func releaseMapped(btx *bbolt.Tx) {
+	addr, n := mappedSpan(btx)
+	_, _, _ = syscall.Syscall(syscall.SYS_MADVISE, addr, n, syscall.MADV_DONTNEED)
+}
+
+// mappedSpan is the start of btx's database mapping and the length of its
+// data: btx.Size(), which an open transaction keeps inside the mapping. Not
+// the file's size: bbolt grows the file ahead of its mapping, and madvise
+// past the mapping would drop whatever memory the kernel placed after it.
+func mappedSpan(btx *bbolt.Tx) (addr, n uintptr) {
+	page := uintptr(os.Getpagesize())
+	return btx.DB().Info().Data, uintptr(btx.Size()) &^ (page - 1)
 }
 
 // View implements store.Store.
