@@ -148,6 +148,12 @@ type Response struct {
 	// connector shows it to the actor, as it shows a refusal. Other
 	// successes need not be shown: the thread tells what happened.
 	Answer bool
+	// Retry marks a failure of ours (the store unavailable, full, closed or
+	// fenced; the handler's time ran out): nothing was done, and the
+	// platform is to deliver the event again. Connectors leave such an
+	// event unacknowledged (an HTTP 503, an envelope without its ack) and
+	// tell the actor nothing: the redelivery gets the real answer.
+	Retry bool
 }
 
 // Handler receives inbound events. Connectors acknowledge the platform before

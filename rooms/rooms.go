@@ -120,6 +120,11 @@ func (rt *Router) Handle(ctx context.Context, ev chat.Event) chat.Response {
 	if dup {
 		return chat.Response{} // a platform retry: already handled
 	}
+	if ours(ctx, err) {
+		rt.log.WarnContext(ctx, "event not handled: the platform is to deliver it again", "surface", ev.Surface,
+			"kind", string(ev.Kind), "event_id", ev.ID, "error", err)
+		return chat.Response{Retry: true}
+	}
 	if err != nil {
 		rt.log.InfoContext(ctx, "refused", "surface", ev.Surface, "user", ev.User, "kind", string(ev.Kind), "error", err)
 		rt.auditRefusal(ctx, ev, err)
@@ -246,6 +251,14 @@ func (rt *Router) retryClick(ctx context.Context, ev chat.Event) (string, error)
 }
 
 // userMessage is the one place that turns an error into what a person reads.
+// ours reports whether err is a failure of the bridge's, not a refusal of
+// the event: the store could not take it (unavailable, full, closed, this
+// instance no longer leads) or the handler's time ran out.
+func ours(ctx context.Context, err error) bool {
+	return err != nil && (store.Transient(err) || errors.Is(err, store.ErrClosed) || errors.Is(err, store.ErrFenced) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || ctx.Err() != nil)
+}
+
 func userMessage(err error) string {
 	msg := err.Error()
 	for _, p := range []string{"requests: create: ", "requests: ", "rooms: ", "approvals: "} {

@@ -117,6 +117,8 @@ func (c *Connector) handle(ctx context.Context, h chat.Handler, line string) {
 	}
 	resp := h.Handle(ctx, ev)
 	switch {
+	case resp.Retry: // no platform here to deliver it again
+		c.printf("! not taken: the bridge could not store it; send it again")
 	case resp.Text == "":
 	case resp.Error:
 		c.printf("! %s", strings.ReplaceAll(resp.Text, "\n", "\n  "))

@@ -107,7 +107,7 @@ func (c *Connector) serveCallback(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.As(err, &notFound):
 		writeJSON(w, http.StatusOK, map[string]string{"msg": "ignored"})
-	case err != nil && !errors.Is(err, errNoHandler) && !errors.Is(err, errUnsureMention):
+	case err != nil && !errors.Is(err, errNoHandler) && !errors.Is(err, errUnsureMention) && !errors.Is(err, errNotStored):
 		// The SDK could not decode the event (a field of the wrong type):
 		// it would not decode better when Feishu pushed it again.
 		c.refuse(w, r, refusal{http.StatusBadRequest, "event does not decode: " + err.Error()})

@@ -54,11 +54,19 @@ func (c *Connector) onMessage(ctx context.Context, ev *larkim.P2MessageReceiveV1
 		}
 		c.notice(in.Channel, msgID, in.ID, r.Text)
 	}
-	if r, done := c.call(ctx, h, in, tell); done {
+	r, done := c.call(ctx, h, in, tell)
+	switch {
+	case done && r.Retry:
+		return errNotStored
+	case done:
 		tell(r)
 	}
 	return nil
 }
+
+// errNotStored answers an event the core failed to take on our side
+// (chat.Response.Retry): an error, so that Feishu delivers it again.
+var errNotStored = errors.New("feishu: the bridge could not store the event; deliver it again")
 
 // toEvent turns a received message into a chat event; ok is false for
 // messages that are not for the bridge (from bots, unaddressed chatter).
@@ -212,11 +220,13 @@ func (c *Connector) onCardAction(ctx context.Context, ev *callback.CardActionTri
 		in.Click.Message = chat.MessageRef{Surface: chat.Feishu, Channel: cx.OpenChatID, ID: cx.OpenMessageID}
 	}
 	r, done := c.call(ctx, h, in, func(r chat.Response) {
-		c.log.InfoContext(ctx, "feishu: click answered after the ack", "event_id", in.ID, "block", block, "error", r.Error, "text", r.Text)
+		c.log.InfoContext(ctx, "feishu: click answered after the ack", "event_id", in.ID, "block", block, "error", r.Error, "retry", r.Retry, "text", r.Text)
 	})
 	switch {
 	case !done:
 		return toast("info", "Received; the card updates in a moment."), nil
+	case r.Retry:
+		return nil, errNotStored
 	case r.Text == "":
 		return &callback.CardActionTriggerResponse{}, nil
 	case r.Error:

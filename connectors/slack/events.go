@@ -144,8 +144,9 @@ func (c *Connector) serveInteractivity(w http.ResponseWriter, r *http.Request, h
 
 // take queues the events of a webhook request that arrived at arrived and
 // waits until the core has handled them or the ack budget has run out. If
-// they cannot be queued it answers 503 (Slack delivers them again) and
-// returns false.
+// they cannot be queued, or the core failed on our side, it answers 503
+// (Slack delivers them again; the core dedupes those it stored) and returns
+// false.
 func (c *Connector) take(w http.ResponseWriter, r *http.Request, h chat.Handler, arrived time.Time, evs ...chat.Event) bool {
 	d, ok := c.inbound.submit(h, arrived, evs...)
 	if !ok {
@@ -153,5 +154,9 @@ func (c *Connector) take(w http.ResponseWriter, r *http.Request, h chat.Handler,
 		return false
 	}
 	d.wait(r.Context())
+	if d.failed() {
+		http.Error(w, "the bridge could not store the event; deliver it again", http.StatusServiceUnavailable)
+		return false
+	}
 	return true
 }

@@ -11,11 +11,13 @@ import (
 )
 
 // job is an inbound event waiting for the core. done, if not nil, is closed
-// once the core's Handle for it has returned (or panicked).
+// once the core's Handle for it has returned (or panicked); retry, set
+// before, tells that it failed on our side (chat.Response.Retry, a panic).
 type job struct {
-	h    chat.Handler
-	ev   chat.Event
-	done chan struct{}
+	h     chat.Handler
+	ev    chat.Event
+	done  chan struct{}
+	retry *bool
 }
 
 // pool hands inbound events to the core off the receiving goroutine: a
@@ -49,6 +51,7 @@ type delivery struct {
 	arrived time.Time
 	evs     []chat.Event
 	done    []chan struct{}
+	retry   []*bool
 }
 
 // submit queues evs (the events of one delivery that arrived at arrived),
@@ -67,7 +70,7 @@ func (p *pool) submit(h chat.Handler, arrived time.Time, evs ...chat.Event) (*de
 				"kind", string(ev.Kind), "event_id", ev.ID)
 			return nil, false
 		}
-		j := job{h: h, ev: ev}
+		j := job{h: h, ev: ev, retry: new(bool)}
 		if p.working {
 			j.done = make(chan struct{})
 		}
@@ -76,9 +79,21 @@ func (p *pool) submit(h chat.Handler, arrived time.Time, evs ...chat.Event) (*de
 				"kind", string(ev.Kind), "event_id", ev.ID, "channel", ev.Channel)
 			return nil, false
 		}
-		d.done = append(d.done, j.done)
+		d.done, d.retry = append(d.done, j.done), append(d.retry, j.retry)
 	}
 	return d, true
+}
+
+// failed reports whether the core failed on our side (chat.Response.Retry)
+// for an event of d it has handled: d is then to be left unacknowledged, for
+// Slack to deliver again. Only after wait.
+func (d *delivery) failed() bool {
+	for i, done := range d.done {
+		if handled(done) && *d.retry[i] {
+			return true
+		}
+	}
+	return false
 }
 
 // wait returns once the core has handled every event of d (it has stored
@@ -180,6 +195,7 @@ func (p *pool) handle(ctx context.Context, j job) {
 	done := j.done
 	defer func() {
 		if done != nil {
+			*j.retry = true
 			close(done) // Handle panicked
 		}
 	}()
@@ -189,9 +205,12 @@ func (p *pool) handle(ctx context.Context, j job) {
 		}
 	}()
 	resp := j.h.Handle(ctx, j.ev)
+	*j.retry = resp.Retry
 	if done != nil {
 		close(done)
 		done = nil
 	}
-	p.respond(ctx, j.ev, resp)
+	if !resp.Retry {
+		p.respond(ctx, j.ev, resp)
+	}
 }

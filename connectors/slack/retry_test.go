@@ -1,80 +1,69 @@
 package slack_test
 
 import (
-	"bytes"
-	"strings"
+	"context"
+	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/roombridge/roombridge/clock"
+	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/connectors/slack"
 	"github.com/roombridge/roombridge/connectors/slack/slacktest"
-	"github.com/roombridge/roombridge/requests"
 )
 
-// A member's ask nobody approves expires (fake clock, one sweep); the
-// request's thread gets a Retry button, and the member's click on it makes a
-// new request that references the old one.
-func TestRetryButtonOnExpiredCard(t *testing.T) {
-	clk := clock.NewFake(time.Now().UTC())
-	h := newHarness(t, fast(setup{mode: slack.ModeSocket, clock: clk}))
-	h.mention(member, "coder echo deploy")
-	var old *requests.Request
-	h.waitStore("the pending request", func() bool {
-		rs := h.requests()
-		if len(rs) == 1 && rs[0].State == requests.Pending {
-			old = rs[0]
-		}
-		return old != nil
-	})
-	id := old.ID.String()
-	// The outbox backs off on the bridge's clock: let it settle before the
-	// fake clock jumps.
-	h.waitStore("the card delivered", h.outboxEmpty)
-
-	clk.Advance(25 * time.Hour)
-	if _, err := h.bridge.Sweeper().SweepOnce(h.ctx()); err != nil {
-		t.Fatal(err)
-	}
-	var offer slacktest.Message
-	h.waitFake("the Retry offer", func(s *slacktest.Server) bool {
-		for _, m := range s.Messages() {
-			if bytes.Contains(m.BlocksJSON, []byte(`"retry:`+id+`"`)) {
-				offer = m
-				return true
+// A failure of ours (chat.Response.Retry: the store was unavailable) is not
+// acknowledged (webhook: 503; Socket Mode: no ack), so Slack delivers the
+// event again, and the redelivery makes the request, once. The asker is
+// told nothing of the failure.
+func TestOurFailureIsNotAcknowledged(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			var calls atomic.Int32
+			failed := make(chan struct{})
+			outage := func(core chat.Handler) chat.Handler {
+				return chat.HandlerFunc(func(ctx context.Context, ev chat.Event) chat.Response {
+					if calls.Add(1) == 1 {
+						defer close(failed)
+						return chat.Response{Retry: true}
+					}
+					return core.Handle(ctx, ev)
+				})
 			}
-		}
-		return false
-	})
-	if offer.ThreadTS == "" || !hasButtons(offer) {
-		t.Fatalf("offer %+v, want a reply with a button in the request's thread", offer)
-	}
-	// The sweep's effects in the thread, rendered when the outbox reached
-	// them: the card's copy there expired, the outcome once, the parent's
-	// final status, the offer once.
-	h.waitStore("the expiry delivered", h.outboxEmpty)
-	var outcomes, offers, cards int
-	for _, m := range h.fake.Thread(channel, offer.ThreadTS) {
-		switch {
-		case bytes.Contains(m.BlocksJSON, []byte(`"retry:`+id+`"`)):
-			offers++
-		case strings.HasPrefix(m.Text, "Approval needed") && strings.Contains(m.Text, "expired after 24 h"):
-			cards++
-		case strings.Contains(m.Text, "expired: not approved within 24 h") && m.TS != offer.ThreadTS:
-			outcomes++
-		}
-	}
-	parent, _ := h.fake.Message(channel, offer.ThreadTS)
-	if outcomes != 1 || offers != 1 || cards != 1 || !strings.Contains(parent.Text, "expired: not approved within 24 h") {
-		t.Fatalf("in the thread: %d outcomes, %d offers, %d expired cards, parent %q; want one each and the parent's final status", outcomes, offers, cards, parent.Text)
-	}
-	h.click(slacktest.BlockActionsPayload(member, channel, offer.TS, offer.ThreadTS, "retry:"+id, "retry", id))
-	h.waitStore("the retry", func() bool {
-		for _, r := range h.requests() {
-			if r.RetryOf == old.ID && r.Requester == "slack:"+member {
-				return true
+			h := newHarness(t, fast(setup{mode: mode, handler: outage}))
+			if mode == slack.ModeEvents {
+				h.mention(member, "coder echo after an outage") // 503, then 200 on the redelivery
+			} else {
+				raw := "<@" + slacktest.BotUserID + "> coder echo after an outage"
+				ts, err := h.fake.AddUserMessage(channel, member, raw, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				body := slacktest.AppMentionEvent(h.eventID(), channel, member, raw, ts, "")
+				first, err := h.fake.PushEventsAPI(h.ctx(), body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				<-failed
+				again, err := h.fake.PushEventsAPI(h.ctx(), body) // Slack's redelivery
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := h.fake.WaitAck(h.ctx(), again); err != nil {
+					t.Fatal(err)
+				}
+				if h.fake.Acked(first) {
+					t.Errorf("the envelope the core failed on was acknowledged")
+				}
 			}
-		}
-		return false
-	})
+			if n := calls.Load(); n != 2 {
+				t.Errorf("the core was called %d times, want 2 (the failure, the redelivery)", n)
+			}
+			if rs := h.requests(); len(rs) != 1 {
+				t.Errorf("%d requests, want 1", len(rs))
+			}
+			for _, m := range h.fake.Ephemerals() {
+				t.Errorf("the asker was told %q", m.Text)
+			}
+		})
+	}
 }

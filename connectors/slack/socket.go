@@ -91,8 +91,8 @@ func (c *Connector) onSocketEvent(ctx context.Context, smc *socketmode.Client, h
 	}
 	acks.Go(func() {
 		d.wait(ctx)
-		if ctx.Err() != nil {
-			return
+		if ctx.Err() != nil || d.failed() {
+			return // not acknowledged: Slack delivers it again
 		}
 		if err := smc.AckCtx(ctx, id, nil); err != nil && ctx.Err() == nil {
 			c.log.WarnContext(ctx, "socket mode ack failed", "envelope_id", id, "error", err)
