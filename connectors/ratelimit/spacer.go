@@ -13,6 +13,11 @@ import (
 // pruneAbove is the number of keys above which idle keys are forgotten.
 const pruneAbove = 1024
 
+// aheadRun is how many DoAhead calls in a row go before a waiting Do call:
+// answers get two of every three turns of a busy channel, new threads the
+// third.
+const aheadRun = 2
+
 // Spacer keeps calls that share a key apart: one at a time per key, and the
 // next starts at least every after the previous one returned (NewSpacer),
 // or every after it started and at least floor after it returned
@@ -36,9 +41,12 @@ const pruneAbove = 1024
 // limit too.
 //
 // Calls waiting for a key are served in the order they came, except that
-// a call made with DoAhead goes before every call waiting with Do: an
+// a call made with DoAhead goes before the calls waiting with Do: an
 // answer in an existing thread is not kept behind every other thread's new
-// parent in the same channel.
+// parent in the same channel. Not before all of them for ever: after
+// aheadRun DoAhead calls in a row while a Do call waits, the oldest Do
+// call goes next, so answers streaming into a channel never hold its new
+// threads back for good.
 type Spacer struct {
 	every     time.Duration
 	fromStart bool
@@ -52,6 +60,7 @@ type slot struct {
 	// Guarded by Spacer.mu:
 	busy    bool      // a caller holds the slot
 	waiters []*waiter // callers waiting for it, DoAhead ones first (none while not busy)
+	aheads  int       // DoAhead callers handed the slot in a row while a Do caller waited
 
 	next time.Time // earliest start of the next call; guarded by holding the slot
 }
@@ -168,16 +177,28 @@ func (s *Spacer) acquire(ctx context.Context, key string, ahead bool) (*slot, er
 	return nil, ctx.Err()
 }
 
-// release hands the slot to its first waiter, or frees it.
+// release hands the slot to its first waiter (the oldest Do caller after
+// aheadRun DoAhead ones in a row while it waited), or frees it.
 func (s *Spacer) release(sl *slot) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(sl.waiters) == 0 {
-		sl.busy = false
+		sl.busy, sl.aheads = false, 0
 		return
 	}
-	w := sl.waiters[0]
-	sl.waiters = slices.Delete(sl.waiters, 0, 1)
+	i := 0
+	if j := slices.IndexFunc(sl.waiters, func(w *waiter) bool { return !w.ahead }); j > 0 {
+		if sl.aheads >= aheadRun {
+			i = j
+		}
+	}
+	w := sl.waiters[i]
+	sl.waiters = slices.Delete(sl.waiters, i, i+1)
+	if w.ahead && slices.ContainsFunc(sl.waiters, func(w *waiter) bool { return !w.ahead }) {
+		sl.aheads++
+	} else {
+		sl.aheads = 0
+	}
 	close(w.ready)
 }
 

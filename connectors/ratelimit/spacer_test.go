@@ -213,26 +213,7 @@ func TestSpacerDoAheadGoesFirst(t *testing.T) {
 			return nil
 		}
 	}
-	// waiting waits until the slot is held and n callers wait for it.
-	waiting := func(n int) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			s.mu.Lock()
-			busy, got := false, 0
-			if sl := s.keys["chat"]; sl != nil {
-				busy, got = sl.busy, len(sl.waiters)
-			}
-			s.mu.Unlock()
-			if busy && got == n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("held %v, %d callers waiting; want held, %d", busy, got, n)
-			}
-			time.Sleep(time.Millisecond) // polling the line, with a deadline
-		}
-	}
+	waiting := func(n int) { t.Helper(); waitLine(t, s, n) }
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = s.Do(ctx, "chat", func() error { <-gate; return call("holder")() }) })
 	waiting(0)
@@ -263,5 +244,67 @@ func TestSpacerDoAheadGoesFirst(t *testing.T) {
 	defer s.mu.Unlock()
 	if sl := s.keys["chat"]; sl.busy || len(sl.waiters) != 0 {
 		t.Errorf("slot after all calls: busy %v, %d waiting", sl.busy, len(sl.waiters))
+	}
+}
+
+// waitLine waits until the slot of key "chat" is held and n callers wait
+// for it.
+func waitLine(t *testing.T, s *Spacer, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		busy, got := false, 0
+		if sl := s.keys["chat"]; sl != nil {
+			busy, got = sl.busy, len(sl.waiters)
+		}
+		s.mu.Unlock()
+		if busy && got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("held %v, %d callers waiting; want held, %d", busy, got, n)
+		}
+		time.Sleep(time.Millisecond) // polling the line, with a deadline
+	}
+}
+
+// DoAhead calls go first, but not for ever: with answers always waiting, a
+// new thread's parent goes after every aheadRun answers in a row.
+func TestSpacerDoAheadDoesNotStarveDo(t *testing.T) {
+	s := NewSpacer(time.Millisecond)
+	ctx := context.Background()
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	var order []string
+	call := func(name string) func() error {
+		return func() error {
+			mu.Lock()
+			order = append(order, name)
+			mu.Unlock()
+			return nil
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.Do(ctx, "chat", func() error { <-gate; return call("holder")() }) })
+	waitLine(t, s, 0)
+	n := 0
+	for _, c := range []struct {
+		name  string
+		ahead bool
+	}{{"p1", false}, {"p2", false}, {"a1", true}, {"a2", true}, {"a3", true}, {"a4", true}, {"a5", true}, {"a6", true}} {
+		if c.ahead {
+			wg.Go(func() { _ = s.DoAhead(ctx, "chat", call(c.name)) })
+		} else {
+			wg.Go(func() { _ = s.Do(ctx, "chat", call(c.name)) })
+		}
+		n++
+		waitLine(t, s, n)
+	}
+	close(gate)
+	wg.Wait()
+	want := []string{"holder", "a1", "a2", "p1", "a3", "a4", "p2", "a5", "a6"}
+	if !slices.Equal(order, want) {
+		t.Errorf("served %v, want %v", order, want)
 	}
 }
