@@ -118,8 +118,9 @@ func (c *Connector) AppendStream(ctx context.Context, ref chat.MessageRef, u cha
 		return &chat.RetryAfterError{After: r.Delay(), Err: errors.New("slack: chat.appendStream: over the app's budget")}
 	}
 	var chunks []slackgo.StreamChunk
-	if u.Delta != "" {
-		chunks = append(chunks, slackgo.NewMarkdownTextChunk(clip.Text(u.Delta, maxStreamText, clip.Runes)))
+	delta := clip.Text(u.Delta, maxStreamText, clip.Runes) // what is shown: CloseStream sets the whole text if cut
+	if delta != "" {
+		chunks = append(chunks, slackgo.NewMarkdownTextChunk(delta))
 	}
 	for _, s := range u.Steps {
 		tu := slackgo.NewTaskUpdateChunk(s.ID, s.Name)
@@ -135,7 +136,7 @@ func (c *Connector) AppendStream(ctx context.Context, ref chat.MessageRef, u cha
 	_, _, err := c.api.AppendStreamContext(ctx, ref.Channel, ref.ID, slackgo.MsgOptionChunks(chunks...))
 	if err = c.apiError("chat.appendStream", err); err == nil {
 		c.live.mu.Lock()
-		c.live.shown[ref.ID] += u.Delta
+		c.live.shown[ref.ID] += delta
 		c.live.mu.Unlock()
 	}
 	return err
@@ -161,7 +162,11 @@ func (c *Connector) CloseStream(ctx context.Context, ref chat.MessageRef, m chat
 	var opts []slackgo.MsgOption
 	rest, prefix := strings.CutPrefix(m.Text, shown)
 	if known && prefix && rest != "" {
-		opts = append(opts, slackgo.MsgOptionMarkdownText(clip.Text(rest, maxStreamText, clip.Runes)))
+		if clip.Text(rest, maxStreamText, clip.Runes) != rest {
+			prefix = false // too long for the stop: stop, then set the whole text
+		} else {
+			opts = append(opts, slackgo.MsgOptionMarkdownText(rest))
+		}
 	}
 	if err := c.live.stops.Wait(ctx); err != nil {
 		return err
