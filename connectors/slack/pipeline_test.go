@@ -160,3 +160,40 @@ func TestRepliesInOneThreadKeepTheirOrder(t *testing.T) {
 		})
 	}
 }
+
+// A click on a card in a thread keeps its order with the thread's replies
+// (a "cancel" reply, then a click on Retry): while a reply is held, the
+// click waits.
+func TestClickInAThreadKeepsItsOrderWithReplies(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			g := newGate()
+			h := pipelined(t, mode, g)
+			h.mention(member, "coder echo the thread") // pending: its approval card goes into the thread
+			h.waitStore("the request", func() bool { return len(h.requests()) == 1 })
+			id := h.requests()[0].ID.String()
+			var card slacktest.Message
+			h.waitFake("the card in the thread", func(s *slacktest.Server) bool {
+				for _, m := range s.Messages() {
+					if m.Channel == channel && m.ThreadTS != "" && hasButtons(m) {
+						card = m
+						return true
+					}
+				}
+				return false
+			})
+			reply := func() {
+				ts, err := h.fake.AddUserMessage(channel, member, "held gated", card.ThreadTS)
+				if err != nil {
+					t.Fatal(err)
+				}
+				h.deliver(slacktest.MessageEvent(h.eventID(), channel, member, "held gated", ts, card.ThreadTS))
+			}
+			click := func() {
+				h.click(slacktest.BlockActionsPayload(owner, channel, card.TS, card.ThreadTS, actionsBlockID(t, card), "approve", id))
+			}
+			inOrder(t, g, "event of the thread", reply, "held gated", click, "")
+		})
+	}
+}

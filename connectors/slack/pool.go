@@ -141,17 +141,19 @@ func handled(done chan struct{}) bool {
 	}
 }
 
-// orderKey is the lane of ev (internal/lanes): the events of one card, of
-// one thread, and one person's top-level events in a channel keep their
-// order (their asks get their IDs in the order they asked, a "cancel" then
-// a "retry" run in that order, a redelivery follows its first delivery);
-// different people's top-level events need no order between them.
+// orderKey is the lane of ev (internal/lanes): the events of one thread
+// (its replies and the clicks on its cards), of one card outside a thread
+// (an approver's DM copy), and one person's top-level events in a channel
+// keep their order (their asks get their IDs in the order they asked, a
+// "cancel" reply then a click on Retry run in that order, a redelivery
+// follows its first delivery); different people's top-level events need
+// no order between them.
 func orderKey(ev chat.Event) string {
 	switch {
-	case ev.Click != nil:
-		return "card:" + ev.Click.BlockID
 	case ev.Thread != nil:
 		return "thread:" + ev.Channel + "/" + ev.Thread.ID
+	case ev.Click != nil:
+		return "card:" + ev.Click.BlockID
 	case ev.User != "":
 		return "user:" + ev.Channel + "/" + ev.User
 	case ev.ID != "":
