@@ -118,7 +118,8 @@ type Connector struct {
 
 	handler atomic.Pointer[chat.Handler]
 	running atomic.Int32   // Run calls in progress: HTTP events are served only then
-	wg      sync.WaitGroup // handler calls and notices outliving their event
+	wg      sync.WaitGroup // handler calls and notices outliving their event (track)
+	trackMu sync.Mutex     // orders track's wg.Add before Run's last decrement of running
 
 	perChat *ratelimit.Spacer // sends into one chat, from their starts (chatFloor); key: chat ID or "user:<open_id>"
 	perMsg  *ratelimit.Spacer // PATCHes of one message; key: message ID
@@ -249,8 +250,12 @@ func (c *Connector) Receiving() bool { return c.running.Load() > 0 }
 func (c *Connector) Run(ctx context.Context, h chat.Handler) error {
 	c.handler.Store(&h)
 	c.running.Add(1)
-	defer c.running.Add(-1)
-	defer c.wg.Wait()
+	defer func() {
+		c.trackMu.Lock()
+		c.running.Add(-1) // no goroutine is counted after the last Run's
+		c.trackMu.Unlock()
+		c.wg.Wait()
+	}()
 	if c.opts.Mode == ModeCallback {
 		c.log.InfoContext(ctx, "feishu: receiving events over HTTP", "path", EventsPath)
 		<-ctx.Done()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	larkcore "github.com/larksuite/oapi-sdk-go/v3/core"
@@ -243,28 +244,47 @@ func toast(kind, text string) *callback.CardActionTriggerResponse {
 // the core takes longer, call returns done=false so the event is
 // acknowledged, and late gets the answer when it comes.
 func (c *Connector) call(ctx context.Context, h chat.Handler, ev chat.Event, late func(chat.Response)) (chat.Response, bool) {
-	answer := make(chan chat.Response, 1)
+	if !c.track() {
+		// Run is stopping: not handled here, Feishu delivers it again.
+		return chat.Response{Retry: true}, true
+	}
+	answer, decided := make(chan chat.Response, 1), make(chan struct{})
+	var gaveUp atomic.Bool
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handlerTimeout)
-	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		defer cancel()
-		answer <- h.Handle(hctx, ev)
+		r := h.Handle(hctx, ev)
+		answer <- r
+		<-decided
+		if gaveUp.Load() {
+			late(r) // acknowledged without it: the answer comes late
+		}
 	}()
 	t := time.NewTimer(c.opts.AckBudget)
 	defer t.Stop()
+	defer close(decided)
 	select {
 	case r := <-answer:
 		return r, true
 	case <-t.C:
 		c.log.WarnContext(ctx, "feishu: acknowledged before the core answered", "event_id", ev.ID, "kind", string(ev.Kind))
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			late(<-answer)
-		}()
+		gaveUp.Store(true)
 		return chat.Response{}, false
 	}
+}
+
+// track counts one more goroutine that outlives its event in c.wg, unless
+// no Run is left (it is stopping, and waits for those it counted): it
+// reports whether it did.
+func (c *Connector) track() bool {
+	c.trackMu.Lock()
+	defer c.trackMu.Unlock()
+	if c.running.Load() == 0 {
+		return false
+	}
+	c.wg.Add(1)
+	return true
 }
 
 // notice tells a person why the bridge refused their message (or answers
@@ -281,7 +301,10 @@ func (c *Connector) notice(chatID, msgID, eventID, text string) {
 	if eventID != "" {
 		key = "notice:" + eventID
 	}
-	c.wg.Add(1)
+	if !c.track() {
+		c.log.Info("feishu: refusal notice not sent: the connector is stopping", "event_id", eventID)
+		return
+	}
 	go func() {
 		defer c.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), handlerTimeout)
