@@ -203,16 +203,8 @@ func TestSpacerDoAheadGoesFirst(t *testing.T) {
 	s := NewSpacer(time.Millisecond)
 	ctx := context.Background()
 	gate := make(chan struct{})
-	var mu sync.Mutex
-	var order []string
-	call := func(name string) func() error {
-		return func() error {
-			mu.Lock()
-			order = append(order, name)
-			mu.Unlock()
-			return nil
-		}
-	}
+	served := &trail{}
+	call := served.call
 	waiting := func(n int) { t.Helper(); waitLine(t, s, n) }
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = s.Do(ctx, "chat", func() error { <-gate; return call("holder")() }) })
@@ -237,7 +229,7 @@ func TestSpacerDoAheadGoesFirst(t *testing.T) {
 	close(gate)
 	wg.Wait()
 	want := []string{"holder", "answer1", "answer2", "parent1", "parent2"}
-	if !slices.Equal(order, want) {
+	if order := served.names(); !slices.Equal(order, want) {
 		t.Errorf("served %v, want %v", order, want)
 	}
 	s.mu.Lock()
@@ -275,16 +267,8 @@ func TestSpacerDoAheadDoesNotStarveDo(t *testing.T) {
 	s := NewSpacer(time.Millisecond)
 	ctx := context.Background()
 	gate := make(chan struct{})
-	var mu sync.Mutex
-	var order []string
-	call := func(name string) func() error {
-		return func() error {
-			mu.Lock()
-			order = append(order, name)
-			mu.Unlock()
-			return nil
-		}
-	}
+	served := &trail{}
+	call := served.call
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = s.Do(ctx, "chat", func() error { <-gate; return call("holder")() }) })
 	waitLine(t, s, 0)
@@ -304,7 +288,29 @@ func TestSpacerDoAheadDoesNotStarveDo(t *testing.T) {
 	close(gate)
 	wg.Wait()
 	want := []string{"holder", "a1", "a2", "p1", "a3", "a4", "p2", "a5", "a6"}
-	if !slices.Equal(order, want) {
+	if order := served.names(); !slices.Equal(order, want) {
 		t.Errorf("served %v, want %v", order, want)
 	}
+}
+
+// trail records the calls a Spacer served, in order.
+type trail struct {
+	mu    sync.Mutex
+	order []string
+}
+
+// call is a call that records name when it is served.
+func (tr *trail) call(name string) func() error {
+	return func() error {
+		tr.mu.Lock()
+		tr.order = append(tr.order, name)
+		tr.mu.Unlock()
+		return nil
+	}
+}
+
+func (tr *trail) names() []string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return slices.Clone(tr.order)
 }
