@@ -44,7 +44,8 @@ const progressEvery = 8192
 // near 21 MiB of RSS (TestExportMemory).
 const releaseEvery = 16384
 
-// memoryReleaser is a store whose reads map a file into memory.
+// memoryReleaser is a store transaction that reads a file mapped into
+// memory (store/bolt's), whose resident pages it can drop.
 type memoryReleaser interface{ ReleaseMemory() }
 
 // Export streams the records matching q to w in format f, in constant memory,

@@ -250,7 +250,6 @@ func (rt *Router) retryClick(ctx context.Context, ev chat.Event) (string, error)
 	return rt.requestCommand(ctx, "retry", ev.Click.Value, ev)
 }
 
-// userMessage is the one place that turns an error into what a person reads.
 // ours reports whether err is a failure of the bridge's, not a refusal of
 // the event: the store could not take it (unavailable, full, closed, this
 // instance no longer leads) or the handler's time ran out.
@@ -259,6 +258,7 @@ func ours(ctx context.Context, err error) bool {
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || ctx.Err() != nil)
 }
 
+// userMessage is the one place that turns an error into what a person reads.
 func userMessage(err error) string {
 	msg := err.Error()
 	for _, p := range []string{"requests: create: ", "requests: ", "rooms: ", "approvals: "} {

@@ -187,10 +187,8 @@ func (s *Spacer) release(sl *slot) {
 		return
 	}
 	i := 0
-	if j := slices.IndexFunc(sl.waiters, func(w *waiter) bool { return !w.ahead }); j > 0 {
-		if sl.aheads >= aheadRun {
-			i = j
-		}
+	if j := slices.IndexFunc(sl.waiters, func(w *waiter) bool { return !w.ahead }); j > 0 && sl.aheads >= aheadRun {
+		i = j // the oldest Do caller, after aheadRun DoAhead ones in a row
 	}
 	w := sl.waiters[i]
 	sl.waiters = slices.Delete(sl.waiters, i, i+1)
