@@ -3,7 +3,6 @@ package threads
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -68,28 +67,38 @@ func (d *Deliverer) plan(ctx context.Context, busy map[string]bool, held map[str
 	return r, nil
 }
 
+// answersInARow is how many threads that exist answersFirst puts before
+// a waiting new thread's parent: the connectors' lines take at most as
+// many posts into existing threads in a row while a parent waits.
+const answersInARow = 2
+
 // answersFirst puts the threads that exist (their next effect is a reply,
-// an edit, a direct message) before the threads still to be posted, each
-// group in the order of its oldest effect: in a burst of asks into one
-// channel, an answer does not wait for every other thread's new parent.
-// (The connectors put such posts ahead in the channel's line too.)
+// an edit, a direct message) before the threads still to be posted, but at
+// most answersInARow of them in a row while one still to be posted waits;
+// each group keeps the order of its oldest effect. In a burst of asks into
+// one channel an answer does not wait for every other thread's new parent,
+// and with more threads answering than there are workers a new parent
+// still gets one. (The connectors put such posts ahead in the channel's
+// line the same way.)
 func (d *Deliverer) answersFirst(r round) {
-	opens := map[string]bool{}
+	var answers, parents []string
 	d.mu.Lock()
 	for _, q := range r.order {
-		op, ok := d.opLocked(r.queues[q][0])
-		opens[q] = ok && op == OpThread
+		if op, ok := d.opLocked(r.queues[q][0]); ok && op == OpThread {
+			parents = append(parents, q)
+		} else {
+			answers = append(answers, q)
+		}
 	}
 	d.mu.Unlock()
-	slices.SortStableFunc(r.order, func(a, b string) int {
-		switch {
-		case opens[a] == opens[b]:
-			return 0
-		case opens[b]:
-			return -1
+	order := r.order[:0] // the same backing array: the caller's r.order
+	for len(answers) > 0 || len(parents) > 0 {
+		n := min(answersInARow, len(answers))
+		order, answers = append(order, answers[:n]...), answers[n:]
+		if len(parents) > 0 {
+			order, parents = append(order, parents[0]), parents[1:]
 		}
-		return 1
-	})
+	}
 }
 
 // deliverQueue delivers one thread's effects in order. When one stays in
