@@ -43,16 +43,7 @@ func TestAckAfterStore(t *testing.T) {
 				t.Fatalf("at the ack: requests %+v, want one pending", rs)
 			}
 			id := rs[0].ID.String()
-			var dm slacktest.Message
-			h.waitFake("the approval card in the approver's DM", func(s *slacktest.Server) bool {
-				for _, m := range s.Messages() {
-					if m.Channel == "D"+owner && hasButtons(m) {
-						dm = m
-						return true
-					}
-				}
-				return false
-			})
+			dm := h.dmCard()
 			h.click(slacktest.BlockActionsPayload(owner, dm.Channel, dm.TS, "", actionsBlockID(t, dm), "approve", id))
 			r, err := h.svc.Get(h.ctx(), rs[0].ID)
 			if err != nil {
@@ -68,19 +59,22 @@ func TestAckAfterStore(t *testing.T) {
 	}
 }
 
-// A core slower than the ack budget does not keep Slack waiting past it: the
-// event is acknowledged when the budget runs out (and that is logged), and
-// handled when the core gets to it.
+// A core slower than the ack budget does not keep Slack waiting past it,
+// and an event it holds is not lost to a crash: the event is left
+// unacknowledged when its budget runs out (HTTP 503; an envelope without its
+// ack), and that is logged, while its handling goes on; Slack's redelivery of
+// it (the same event_id) is acknowledged and makes no second request. A
+// click, which Slack does not deliver again, is acknowledged when its budget
+// runs out, and its decision lands when the core gets to it. Nobody is told
+// anything of it.
 func TestAckBudget(t *testing.T) {
-	const budget = 300 * time.Millisecond
-	const margin = 700 * time.Millisecond // a loaded 2-core machine, -race
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			release := make(chan struct{})
 			stuck := func(core chat.Handler) chat.Handler {
 				return chat.HandlerFunc(func(ctx context.Context, ev chat.Event) chat.Response {
-					if strings.Contains(ev.Text, "stuck") {
+					if strings.Contains(ev.Text, "stuck") || ev.Kind == chat.Click {
 						select {
 						case <-release:
 						case <-ctx.Done():
@@ -90,51 +84,151 @@ func TestAckBudget(t *testing.T) {
 				})
 			}
 			h := newHarness(t, fast(setup{mode: mode, handler: stuck,
-				conn: func(o *slack.Options) { o.AckBudget = budget }}))
+				conn: func(o *slack.Options) { o.AckBudget = ackBudget }}))
 			unblock := sync.OnceFunc(func() { close(release) })
 			t.Cleanup(unblock)                      // before the harness stops (its workers drain)
-			h.mention(member, "coder echo warm-up") // the connector runs
+			h.mention(member, "coder echo warm-up") // the connector runs; pending, its card in the DM
 			h.waitStore("the warm-up request", func() bool { return len(h.requests()) == 1 })
+			warm := h.requests()[0]
+			card := h.dmCard()
 
-			raw := "<@" + slacktest.BotUserID + "> coder echo stuck"
-			ts, err := h.fake.AddUserMessage(channel, member, raw, "")
+			redeliver := h.stuckEvent(t)
+			h.stuckClick(t, card, warm.ID.String())
+			unblock()
+			h.waitStore("the stuck event's request and the click's decision", func() bool {
+				r, err := h.svc.Get(h.ctx(), warm.ID)
+				return err == nil && r.State != requests.Pending && len(h.requests()) == 2
+			})
+			redeliver()
+			asks := 0
+			for _, r := range h.requests() {
+				if r.Ask == "echo stuck" {
+					asks++
+				}
+			}
+			if n := len(h.requests()); n != 2 || asks != 1 {
+				t.Errorf("%d requests, %d of the stuck event: want 2 and 1", n, asks)
+			}
+			for _, m := range h.fake.Ephemerals() {
+				t.Errorf("%s was told %q", m.User, m.Text)
+			}
+		})
+	}
+}
+
+// The ack budget of TestAckBudget, and how late past it Slack may be
+// answered on a loaded 2-core machine under -race.
+const (
+	ackBudget = 300 * time.Millisecond
+	ackMargin = 700 * time.Millisecond
+)
+
+// inBudget checks that Slack was answered took after the event came: when
+// the ack budget ran out.
+func inBudget(t *testing.T, what string, took time.Duration) {
+	t.Helper()
+	if took < ackBudget || took > ackBudget+ackMargin {
+		t.Errorf("%s answered after %s with a %s budget, want within %s of it", what, took, ackBudget, ackMargin)
+	}
+}
+
+// stuckEvent delivers a mention the core holds: Slack gets no ack for it
+// when its budget runs out (503; the envelope unacknowledged), and nothing is
+// stored yet. It returns Slack's redelivery of it, to be called once the
+// core has handled it, which checks that the redelivery is acknowledged
+// (and, in Socket Mode, that the first envelope never was).
+func (h *harness) stuckEvent(t *testing.T) (redeliver func()) {
+	t.Helper()
+	raw := "<@" + slacktest.BotUserID + "> coder echo stuck"
+	ts, err := h.fake.AddUserMessage(channel, member, raw, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := slacktest.AppMentionEvent("EvSTUCK", channel, member, raw, ts, "")
+	if h.s.mode == slack.ModeEvents {
+		code, took := h.postOnce("/slack/events", body, "application/json", 0)
+		if code != http.StatusServiceUnavailable {
+			t.Errorf("POST /slack/events of the stuck event: %d, want 503", code)
+		}
+		inBudget(t, "the stuck event", took)
+		redeliver = func() {
+			if code, _ := h.postOnce("/slack/events", body, "application/json", 1); code != http.StatusOK {
+				t.Errorf("Slack's retry of the stuck event (X-Slack-Retry-Num: 1): %d, want 200", code)
+			}
+		}
+	} else {
+		start := time.Now()
+		env, err := h.fake.PushEventsAPI(h.ctx(), body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.until("the stuck event's budget", func() bool { return h.late("EvSTUCK") > 0 })
+		inBudget(t, "the stuck event", time.Since(start))
+		redeliver = func() {
+			again, err := h.fake.Redeliver(h.ctx(), env) // retry_attempt 1, the same event
 			if err != nil {
 				t.Fatal(err)
 			}
-			body := slacktest.AppMentionEvent("EvSTUCK", channel, member, raw, ts, "")
-			var took time.Duration
-			if mode == slack.ModeEvents {
-				start := time.Now()
-				resp := h.post("/slack/events", body, "application/json", time.Now(), 0)
-				took = time.Since(start)
-				if resp.StatusCode != http.StatusOK {
-					t.Fatalf("POST /slack/events: %d", resp.StatusCode)
-				}
-			} else {
-				env, err := h.fake.PushEventsAPI(h.ctx(), body)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := h.fake.WaitAck(h.ctx(), env); err != nil {
-					t.Fatal(err)
-				}
-				for _, e := range h.fake.Envelopes() {
-					if e.ID == env {
-						took = e.Latency()
-					}
-				}
+			if _, err := h.fake.WaitAck(h.ctx(), again); err != nil {
+				t.Fatal(err)
 			}
-			if took < budget || took > budget+margin {
-				t.Errorf("acknowledged after %s with a %s budget, want within %s of it", took, budget, margin)
+			if h.fake.Acked(env) {
+				t.Errorf("the stuck event's first envelope was acknowledged")
 			}
-			if n := len(h.requests()); n != 1 {
-				t.Errorf("%d requests at the ack: the stuck core stored its event", n)
-			}
-			if logs := h.logs.String(); !strings.Contains(logs, "ack budget ran out") || !strings.Contains(logs, "event_id=EvSTUCK") {
-				t.Errorf("the late ack was not logged:\n%s", logs)
-			}
-			unblock()
-			h.waitStore("the stuck event's request", func() bool { return len(h.requests()) == 2 })
-		})
+		}
 	}
+	if n := len(h.requests()); n != 1 {
+		t.Errorf("%d requests when the budget ran out: the stuck core stored its event", n)
+	}
+	if !strings.Contains(h.logs.String(), "ack budget ran out: left unacknowledged for Slack to deliver again") || h.late("EvSTUCK") != 1 {
+		t.Errorf("the budget run out was not logged:\n%s", h.logs.String())
+	}
+	return redeliver
+}
+
+// stuckClick clicks Approve on card (request id's, in the approver's DM)
+// while the core holds clicks: it is acknowledged when its budget runs out.
+func (h *harness) stuckClick(t *testing.T, card slacktest.Message, id string) {
+	t.Helper()
+	payload := slacktest.BlockActionsPayload(owner, card.Channel, card.TS, "", actionsBlockID(t, card), "approve", id)
+	if h.s.mode == slack.ModeEvents {
+		code, took := h.postOnce("/slack/interactivity", []byte(slacktest.InteractivityForm(payload).Encode()),
+			"application/x-www-form-urlencoded", 0)
+		if code != http.StatusOK {
+			t.Errorf("POST /slack/interactivity of the stuck click: %d, want 200", code)
+		}
+		inBudget(t, "the stuck click", took)
+	} else {
+		env, err := h.fake.PushInteractive(h.ctx(), payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.fake.WaitAck(h.ctx(), env); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range h.fake.Envelopes() {
+			if e.ID == env {
+				inBudget(t, "the stuck click", e.Latency())
+			}
+		}
+	}
+	if !strings.Contains(h.logs.String(), "ack budget ran out: acknowledged before the core stored it") {
+		t.Errorf("the click's late ack was not logged:\n%s", h.logs.String())
+	}
+}
+
+// dmCard waits for the approval card in the approver's DM.
+func (h *harness) dmCard() slacktest.Message {
+	h.t.Helper()
+	var dm slacktest.Message
+	h.waitFake("the approval card in the approver's DM", func(s *slacktest.Server) bool {
+		for _, m := range s.Messages() {
+			if m.Channel == "D"+owner && hasButtons(m) {
+				dm = m
+				return true
+			}
+		}
+		return false
+	})
+	return dm
 }

@@ -29,9 +29,11 @@ const (
 // refused before any parsing unless it is at most MaxBody (else 413) and
 // signed with the signing secret within Slack's 5-minute window (else 401);
 // a signed body that is not a Slack payload gets 400. A valid event is queued
-// for h and answered 200 once the core has handled (stored) it, or when
-// Options.AckBudget since the request came has run out, whichever is first
-// (Slack wants its answer within 3 s). While the connector does not run here
+// for h and answered 200 once the core has handled (stored) it. When
+// Options.AckBudget since the request came runs out first (Slack wants its
+// answer within 3 s) an event is answered 503, its handling going on, and
+// Slack delivers it again (the core dedupes it); a click, which Slack does
+// not send again, is answered 200 then. While the connector does not run here
 // (before Run, or on an HA follower, which serves the webhooks but not the
 // leader's work) or its queue is full, events get 503 and Slack delivers them
 // again.
@@ -144,18 +146,18 @@ func (c *Connector) serveInteractivity(w http.ResponseWriter, r *http.Request, h
 
 // take queues the events of a webhook request that arrived at arrived and
 // waits until the core has handled them or the ack budget has run out. If
-// they cannot be queued, or the core failed on our side, it answers 503
-// (Slack delivers them again; the core dedupes those it stored) and returns
-// false.
+// they cannot be queued, or are not to be acknowledged (delivery.wait: the
+// core failed on our side, or the budget ran out on an event), it answers
+// 503 (Slack delivers them again; the core dedupes those it stored) and
+// returns false.
 func (c *Connector) take(w http.ResponseWriter, r *http.Request, h chat.Handler, arrived time.Time, evs ...chat.Event) bool {
 	d, ok := c.inbound.submit(h, arrived, evs...)
 	if !ok {
 		http.Error(w, "busy", http.StatusServiceUnavailable)
 		return false
 	}
-	d.wait(r.Context())
-	if d.failed() {
-		http.Error(w, "the bridge could not store the event; deliver it again", http.StatusServiceUnavailable)
+	if !d.wait(r.Context()) {
+		http.Error(w, "the bridge has not stored the event; deliver it again", http.StatusServiceUnavailable)
 		return false
 	}
 	return true

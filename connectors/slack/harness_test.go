@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -91,7 +92,7 @@ type harness struct {
 	fake *slacktest.Server
 	dir  string
 	log  *slog.Logger
-	logs *syncBuffer
+	logs *logBuffer
 
 	// of the running instance
 	bridge *coretest.Bridge
@@ -118,7 +119,7 @@ func newHarness(t testing.TB, s setup) *harness {
 	if len(s.agents) == 0 {
 		s.agents = []string{"coder"}
 	}
-	h := &harness{t: t, s: s, dir: t.TempDir(), logs: &syncBuffer{}}
+	h := &harness{t: t, s: s, dir: t.TempDir(), logs: &logBuffer{}}
 	h.log = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h.fake = slacktest.NewServer(s.fake...)
 	t.Cleanup(func() {
@@ -266,20 +267,29 @@ func (h *harness) requests() []*requests.Request {
 // its app_mention event; it returns the event's body.
 func (h *harness) mention(user, text string) []byte {
 	h.t.Helper()
+	body := h.mentionEvent(user, text)
+	h.deliver(body)
+	return body
+}
+
+// mentionEvent posts "<@bot> text" by user as a top-level message and
+// returns its app_mention event.
+func (h *harness) mentionEvent(user, text string) []byte {
+	h.t.Helper()
 	raw := "<@" + slacktest.BotUserID + "> " + text
 	ts, err := h.fake.AddUserMessage(channel, user, raw, "")
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	body := slacktest.AppMentionEvent(h.eventID(), channel, user, raw, ts, "")
-	h.deliver(body)
-	return body
+	return slacktest.AppMentionEvent(h.eventID(), channel, user, raw, ts, "")
 }
 
 func (h *harness) eventID() string { return fmt.Sprintf("Ev%06d", h.events.Add(1)) }
 
 // deliver sends an Events API payload the way the mode receives it and
-// checks that it was acknowledged.
+// checks that it was acknowledged. As Slack does, it delivers the event
+// again while it is not acknowledged (a 503; an envelope the connector left
+// without its ack when its ack budget ran out, a core slower than it).
 func (h *harness) deliver(body []byte) {
 	h.t.Helper()
 	if h.s.mode == slack.ModeEvents {
@@ -292,8 +302,98 @@ func (h *harness) deliver(body []byte) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if _, err := h.fake.WaitAck(h.ctx(), id); err != nil {
-		h.t.Fatal(err)
+	ev := eventIDOf(h.t, body)
+	for {
+		seen := h.late(ev)
+		h.until("the ack of envelope "+id, func() bool { return h.fake.Acked(id) || h.late(ev) > seen })
+		if h.fake.Acked(id) {
+			return
+		}
+		if id, err = h.fake.Redeliver(h.ctx(), id); err != nil { // Slack's retry
+			h.t.Fatal(err)
+		}
+	}
+}
+
+// deliverUnacked sends an Events API payload the way the mode receives it
+// (again while the connector does not run yet) and waits until the
+// connector has left it unacknowledged at the end of its ack budget (the
+// core holds it, or the events before it in its lane): a 503, an envelope
+// without its ack. Slack would deliver it again; this does not.
+func (h *harness) deliverUnacked(body []byte) {
+	h.t.Helper()
+	ev := eventIDOf(h.t, body)
+	seen := h.late(ev)
+	if h.s.mode == slack.ModeSocket {
+		if _, err := h.fake.PushEventsAPI(h.ctx(), body); err != nil {
+			h.t.Fatal(err)
+		}
+		h.until("event "+ev+" left unacknowledged", func() bool { return h.late(ev) > seen })
+		return
+	}
+	tick := time.NewTicker(10 * time.Millisecond) // Slack's pace, were the connector not running yet
+	defer tick.Stop()
+	for h.late(ev) == seen { // the budget's 503 comes after the log line
+		if code, _ := h.postOnce("/slack/events", body, "application/json", 0); code != http.StatusServiceUnavailable {
+			h.t.Fatalf("POST /slack/events of a held event: %d, want 503", code)
+		}
+		if h.late(ev) == seen {
+			<-tick.C
+		}
+	}
+}
+
+// lateMsg begins the log line of an event whose ack budget ran out.
+const lateMsg = "ack budget ran out"
+
+// late is how many times the connector logged that event's ack budget ran
+// out.
+func (h *harness) late(event string) int { return h.lateEvents()[event] }
+
+// lateEvents is how many times the connector logged each event's ack
+// budget ran out, by event_id.
+func (h *harness) lateEvents() map[string]int {
+	late := map[string]int{}
+	for line := range strings.Lines(h.logs.String()) {
+		if !strings.Contains(line, lateMsg) {
+			continue
+		}
+		if _, rest, ok := strings.Cut(line, " event_id="); ok {
+			id, _, _ := strings.Cut(rest, " ")
+			late[id]++
+		}
+	}
+	return late
+}
+
+// eventIDOf is the event_id of an Events API payload.
+func eventIDOf(t testing.TB, body []byte) string {
+	t.Helper()
+	var v struct {
+		EventID string `json:"event_id"`
+	}
+	if err := json.Unmarshal(body, &v); err != nil || v.EventID == "" {
+		t.Fatalf("no event_id in %s: %v", body, err)
+	}
+	return v.EventID
+}
+
+// until waits until cond holds, re-checking it on every change of the
+// fake and every log line.
+func (h *harness) until(what string, cond func() bool) {
+	h.t.Helper()
+	ctx := h.ctx()
+	for {
+		fake, logs := h.fake.Changed(), h.logs.changed()
+		if cond() {
+			return
+		}
+		select {
+		case <-fake:
+		case <-logs:
+		case <-ctx.Done():
+			h.t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		}
 	}
 }
 
@@ -318,16 +418,38 @@ func (h *harness) click(payload []byte) {
 
 // post sends a webhook signed at ts (retry > 0 adds X-Slack-Retry-Num). It
 // sends it again while the answer is 503 (the connector's Run has not
-// started yet), as Slack does.
+// started yet, or the core has not stored the event within the ack budget),
+// as Slack does.
 func (h *harness) post(path string, body []byte, contentType string, ts time.Time, retry int) *http.Response {
 	h.t.Helper()
 	return postAccepted(h.t, h.ctx(), h.bridge.URL+path, body, contentType, func(req *http.Request) {
-		slacktest.SignRequest(req, body, secret, ts)
-		if retry > 0 {
-			req.Header.Set("X-Slack-Retry-Num", strconv.Itoa(retry))
-			req.Header.Set("X-Slack-Retry-Reason", "http_timeout")
-		}
+		signRetry(req, body, ts, retry)
 	})
+}
+
+// postOnce sends a webhook signed now, once (retry > 0 adds
+// X-Slack-Retry-Num), and returns the answer's status and how long it took.
+func (h *harness) postOnce(path string, body []byte, contentType string, retry int) (int, time.Duration) {
+	h.t.Helper()
+	req, err := http.NewRequestWithContext(h.ctx(), http.MethodPost, h.bridge.URL+path, bytes.NewReader(body))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", contentType)
+	signRetry(req, body, time.Now(), retry)
+	start := time.Now()
+	resp := h.do(req)
+	return resp.StatusCode, time.Since(start)
+}
+
+// signRetry signs req as Slack does at ts; retry > 0 marks it as Slack's
+// retry number retry.
+func signRetry(req *http.Request, body []byte, ts time.Time, retry int) {
+	slacktest.SignRequest(req, body, secret, ts)
+	if retry > 0 {
+		req.Header.Set("X-Slack-Retry-Num", strconv.Itoa(retry))
+		req.Header.Set("X-Slack-Retry-Reason", "http_timeout")
+	}
 }
 
 // postAccepted POSTs body to url, again while the answer is 503, until ctx ends.
@@ -394,6 +516,36 @@ func (h *harness) replies(ts string) []string {
 
 // syncBuffer is a bytes.Buffer safe for concurrent writers.
 type syncBuffer = syncbuf.Buffer
+
+// logBuffer is the harness's log: a syncBuffer whose writes a test can wait
+// on (harness.until).
+type logBuffer struct {
+	syncBuffer
+	mu   sync.Mutex
+	wake chan struct{} // closed and replaced on every write
+}
+
+// Write appends p and wakes the waiters.
+func (b *logBuffer) Write(p []byte) (int, error) {
+	n, err := b.syncBuffer.Write(p)
+	b.mu.Lock()
+	if b.wake != nil {
+		close(b.wake)
+		b.wake = nil
+	}
+	b.mu.Unlock()
+	return n, err
+}
+
+// changed returns a channel closed at the next write.
+func (b *logBuffer) changed() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.wake == nil {
+		b.wake = make(chan struct{})
+	}
+	return b.wake
+}
 
 // blockTexts is every text of a message's blocks, one per line.
 func blockTexts(t *testing.T, raw []byte) string {

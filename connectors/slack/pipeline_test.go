@@ -54,8 +54,10 @@ func (g *gate) waitEntered(t *testing.T) {
 }
 
 // pipelined is a harness whose core holds gated events at g, with a short
-// ack budget (a delivery is acknowledged at the latest 200 ms after it
-// arrived, so a held event does not hold the test's delivery).
+// ack budget (Slack is answered at the latest 200 ms after a delivery
+// arrived, so a held event does not hold the test's delivery: it is left
+// unacknowledged, see harness.deliverUnacked, and handled when the gate
+// opens).
 func pipelined(t *testing.T, mode string, g *gate) *harness {
 	h := newHarness(t, fast(setup{mode: mode, handler: g.wrap,
 		conn: func(o *slack.Options) { o.AckBudget = 200 * time.Millisecond }}))
@@ -78,7 +80,7 @@ func TestTopLevelMentionsHandledConcurrently(t *testing.T) {
 			t.Parallel()
 			g := newGate()
 			h := pipelined(t, mode, g)
-			h.mention(member, "coder echo gated") // acknowledged when the budget runs out
+			h.deliverUnacked(h.mentionEvent(member, "coder echo gated")) // left unacknowledged at the budget
 			g.waitEntered(t)
 			h.mention(owner, "coder echo second")
 			g.trace.Await(t, "leave:coder echo second", waitFor)
@@ -94,9 +96,9 @@ func TestTopLevelMentionsHandledConcurrently(t *testing.T) {
 	}
 }
 
-// inOrder sends first (gated: the core holds it) and then second (queued:
-// acknowledged, not refused), and checks that second reaches the core only
-// once first has left it.
+// inOrder sends first (gated: the core holds it) and then second (queued,
+// not refused: its budget runs out behind first), and checks that second
+// reaches the core only once first has left it.
 func inOrder(t *testing.T, g *gate, what string, sendFirst func(), first string, sendSecond func(), second string) {
 	t.Helper()
 	sendFirst()
@@ -123,8 +125,8 @@ func TestOnePersonsMentionsKeepTheirOrder(t *testing.T) {
 			t.Parallel()
 			g := newGate()
 			h := pipelined(t, mode, g)
-			inOrder(t, g, "mention", func() { h.mention(member, "coder echo gated") }, "coder echo gated",
-				func() { h.mention(member, "coder echo second") }, "coder echo second")
+			inOrder(t, g, "mention", func() { h.deliverUnacked(h.mentionEvent(member, "coder echo gated")) }, "coder echo gated",
+				func() { h.deliverUnacked(h.mentionEvent(member, "coder echo second")) }, "coder echo second")
 			h.waitStore("both requests", func() bool { return len(h.requests()) == 2 })
 			rs := h.requests()
 			if rs[0].Ask != "echo gated" || rs[1].Ask != "echo second" {
@@ -136,8 +138,8 @@ func TestOnePersonsMentionsKeepTheirOrder(t *testing.T) {
 
 // Two replies in one thread reach the core one after the other, in the
 // order Slack sent them, even when the first is held: the second, queued
-// (acknowledged at the end of its budget), waits until the first has left
-// the core.
+// (left unacknowledged at the end of its budget), waits until the first has
+// left the core.
 func TestRepliesInOneThreadKeepTheirOrder(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
@@ -154,7 +156,7 @@ func TestRepliesInOneThreadKeepTheirOrder(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				h.deliver(slacktest.MessageEvent(h.eventID(), channel, member, text, ts, parent))
+				h.deliverUnacked(slacktest.MessageEvent(h.eventID(), channel, member, text, ts, parent))
 			}
 			inOrder(t, g, "reply", func() { reply("first gated") }, "first gated", func() { reply("second") }, "second")
 		})
@@ -163,7 +165,8 @@ func TestRepliesInOneThreadKeepTheirOrder(t *testing.T) {
 
 // A click on a card in a thread keeps its order with the thread's replies
 // (a "cancel" reply, then a click on Retry): while a reply is held, the
-// click waits.
+// click waits (acknowledged when its budget runs out: Slack does not
+// deliver a click again).
 func TestClickInAThreadKeepsItsOrderWithReplies(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
@@ -188,7 +191,7 @@ func TestClickInAThreadKeepsItsOrderWithReplies(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				h.deliver(slacktest.MessageEvent(h.eventID(), channel, member, "held gated", ts, card.ThreadTS))
+				h.deliverUnacked(slacktest.MessageEvent(h.eventID(), channel, member, "held gated", ts, card.ThreadTS))
 			}
 			click := func() {
 				h.click(slacktest.BlockActionsPayload(owner, channel, card.TS, card.ThreadTS, actionsBlockID(t, card), "approve", id))

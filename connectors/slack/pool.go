@@ -26,8 +26,9 @@ type job struct {
 // them (orderKey); the others, top-level mentions above all (each starts its
 // own thread), are handled at the same time, so their commits share the
 // store's group commit instead of each waiting for the previous fsync. A
-// delivery is acknowledged to Slack once the core has handled its events or
-// the ack budget has run out (delivery.wait).
+// delivery is acknowledged to Slack once the core has handled its events;
+// one whose ack budget runs out first is left for Slack to deliver again,
+// unless it is a click (delivery.wait).
 type pool struct {
 	queue   *lanes.Lanes[job]
 	workers int
@@ -84,9 +85,8 @@ func (p *pool) submit(h chat.Handler, arrived time.Time, evs ...chat.Event) (*de
 	return d, true
 }
 
-// failed reports whether the core failed on our side (chat.Response.Retry)
-// for an event of d it has handled: d is then to be left unacknowledged, for
-// Slack to deliver again. Only after wait.
+// failed reports whether the core failed on our side (chat.Response.Retry,
+// a panic) for an event of d it has handled.
 func (d *delivery) failed() bool {
 	for i, done := range d.done {
 		if handled(done) && *d.retry[i] {
@@ -98,12 +98,12 @@ func (d *delivery) failed() bool {
 
 // wait returns once the core has handled every event of d (it has stored
 // them: the core dedupes and records an event in one transaction), or the
-// ack budget since d arrived has run out, or ctx ends; d is then to be
-// acknowledged. It reports whether every event was handled. A budget run out
-// is logged: the core handles the events afterwards, but a crash before it
-// has stored them loses them (Slack does not deliver an acknowledged event
-// again).
-func (d *delivery) wait(ctx context.Context) bool {
+// ack budget since d arrived has run out, or ctx ends. It reports whether d
+// is to be acknowledged. It is not (the caller answers 503 or leaves the
+// envelope without its ack, for Slack to deliver it again) when ctx ended
+// first, when the core failed on our side for one of its events, or when the
+// budget ran out on an event Slack delivers again (see late).
+func (d *delivery) wait(ctx context.Context) (ack bool) {
 	t := time.NewTimer(time.Until(d.arrived.Add(d.p.budget)))
 	defer t.Stop()
 	for i, done := range d.done {
@@ -113,20 +113,49 @@ func (d *delivery) wait(ctx context.Context) bool {
 		select {
 		case <-done:
 		case <-t.C:
-			for k, ev := range d.evs[i:] {
-				if handled(d.done[i+k]) {
-					continue
-				}
-				d.p.log.WarnContext(ctx, "ack budget ran out: event acknowledged before the core stored it",
-					"kind", string(ev.Kind), "event_id", ev.ID, "channel", ev.Channel, "budget", d.p.budget)
-			}
-			return false
+			return d.late(ctx, i)
 		case <-ctx.Done():
 			return false
 		}
 	}
-	return true
+	return !d.failed()
 }
+
+// late is wait's answer when the budget ran out on the events of d from i
+// on, and logs each that the core has not handled yet. Their handling goes
+// on either way. An event Slack delivers again (a mention, a reply: all but
+// clicks) keeps d unacknowledged: Slack delivers it again (Events API: with
+// X-Slack-Retry-Num; Socket Mode: with retry_attempt), the redelivery takes
+// the same lane (orderKey), so it follows this handling, and the core dedupes
+// it by event ID. A click, which Slack never delivers again, is acknowledged
+// all the same (Slack wants its answer within 3 s) and handled afterwards:
+// a crash before the core stored it loses it.
+func (d *delivery) late(ctx context.Context, i int) (ack bool) {
+	ack = !d.failed()
+	var pending []chat.Event
+	for k, ev := range d.evs[i:] {
+		if handled(d.done[i+k]) {
+			continue
+		}
+		pending = append(pending, ev)
+		if redelivered(ev) {
+			ack = false
+		}
+	}
+	msg := "ack budget ran out: left unacknowledged for Slack to deliver again"
+	if ack {
+		msg = "ack budget ran out: acknowledged before the core stored it (Slack does not deliver a click again)"
+	}
+	for _, ev := range pending {
+		d.p.log.WarnContext(ctx, msg, "kind", string(ev.Kind), "event_id", ev.ID, "channel", ev.Channel, "budget", d.p.budget)
+	}
+	return ack
+}
+
+// redelivered reports whether Slack delivers ev again when it is not
+// acknowledged: every event but a click (interactivity payloads are not
+// retried).
+func redelivered(ev chat.Event) bool { return ev.Kind != chat.Click }
 
 // handled reports whether done is closed (nil: unknown, false).
 func handled(done chan struct{}) bool {
@@ -163,7 +192,7 @@ func orderKey(ev chat.Event) string {
 }
 
 // start runs the workers until the returned stop is called. stop refuses
-// new events, lets the workers handle what is queued (some of it may be
+// new events, lets the workers handle what is queued (a click among it may be
 // acknowledged already, its budget run out: it would be lost otherwise) for
 // up to drainGrace, and returns when they have.
 func (p *pool) start(ctx context.Context) (stop func()) {

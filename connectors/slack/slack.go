@@ -11,9 +11,12 @@
 // committed in one transaction), so a crash after the ack loses nothing.
 // Slack wants its ack within 3 s, and does not deliver an acknowledged event
 // again: if the core takes longer than Options.AckBudget (default 2.5 s) the
-// event is acknowledged anyway, logged, and handled afterwards (a crash in
-// that window loses it). A refusal is told to its actor (an ephemeral
-// message) after the ack.
+// event is left unacknowledged (HTTP 503, no envelope ack) and logged, its
+// handling goes on, and Slack delivers it again, which the core's dedupe
+// keeps once; the asker is told nothing of it. A click, which Slack does not
+// deliver again, is acknowledged when its budget runs out and handled
+// afterwards (a crash in that window loses it). A refusal is told to its
+// actor (an ephemeral message) after the ack.
 //
 // It uses github.com/slack-go/slack for everything Slack defines: the Web
 // API client, Socket Mode framing, Events API parsing and request signing.
@@ -75,7 +78,8 @@ const (
 	// delivers them again later.
 	DefaultQueue = 1024
 	// DefaultAckBudget is how long an inbound event may wait for the core
-	// before it is acknowledged anyway (Slack wants its ack within 3 s).
+	// before Slack is answered anyway (Slack wants its ack within 3 s): an
+	// event is then left for Slack to deliver again, a click acknowledged.
 	DefaultAckBudget = 2500 * time.Millisecond
 	// DefaultPingInterval is how long Socket Mode waits for Slack's ping
 	// before it reconnects (slack-go's default).
@@ -87,9 +91,8 @@ const (
 const handleTimeout = 30 * time.Second
 
 // drainGrace bounds how long Run keeps handling events queued before ctx
-// ended (some may be acknowledged already, their ack budget run out: they
-// would be lost otherwise, as Slack does not redeliver an acknowledged
-// event).
+// ended (a click may be acknowledged already, its ack budget run out: it
+// would be lost otherwise, as Slack does not deliver a click again).
 const drainGrace = 5 * time.Second
 
 // Options configure a Connector. Zero values take the defaults.
@@ -132,8 +135,10 @@ type Options struct {
 	// Workers and Queue size the pool that hands inbound events to the core.
 	Workers int
 	Queue   int
-	// AckBudget is the longest an inbound event waits for the core before
-	// it is acknowledged anyway, from its arrival (default DefaultAckBudget).
+	// AckBudget is the longest an inbound event waits for the core, from
+	// its arrival, before Slack is answered anyway (default
+	// DefaultAckBudget): an event is then left unacknowledged, for Slack to
+	// deliver again, and a click (not delivered again) acknowledged.
 	AckBudget time.Duration
 	// PingInterval is Socket Mode's ping timeout (default DefaultPingInterval).
 	PingInterval time.Duration

@@ -20,11 +20,13 @@ import (
 // jittered back-off on errors, disconnect requests and missed pings, and
 // returns only on fatal auth errors. Each envelope's events are queued for
 // the core on this goroutine (in the order Slack sent them); the envelope is
-// acknowledged, off it, once the core has handled them or the ack budget has
-// run out. An envelope that cannot be queued is left unacknowledged so that
-// Slack delivers it again; one still waiting when ctx ends is not
-// acknowledged either (the next leader gets it again, and the core dedupes it
-// if it was handled).
+// acknowledged, off it, once the core has handled them (delivery.wait). An
+// envelope that cannot be queued, whose event the core failed on our side,
+// or whose event's ack budget ran out (a click's is acknowledged then) is
+// left unacknowledged so that Slack delivers it again (with retry_attempt;
+// the core dedupes it); one still waiting when ctx ends is not acknowledged
+// either (the next leader gets it again, and the core dedupes it if it was
+// handled).
 func (c *Connector) runSocket(ctx context.Context, h chat.Handler) error {
 	smc := socketmode.New(c.api,
 		socketmode.OptionPingInterval(c.opts.PingInterval),
@@ -90,8 +92,7 @@ func (c *Connector) onSocketEvent(ctx context.Context, smc *socketmode.Client, h
 		return // not acknowledged: Slack redelivers it
 	}
 	acks.Go(func() {
-		d.wait(ctx)
-		if ctx.Err() != nil || d.failed() {
+		if !d.wait(ctx) || ctx.Err() != nil {
 			return // not acknowledged: Slack delivers it again
 		}
 		if err := smc.AckCtx(ctx, id, nil); err != nil && ctx.Err() == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -21,9 +22,13 @@ import (
 // last append and the tool steps as task_update chunks, chat.stopStream at
 // the end (https://docs.slack.dev/reference/methods/chat.startStream/,
 // .../chat.appendStream/, .../chat.stopStream/). Where Slack refuses to
-// stream (an older workspace, a missing scope, any error of startStream but
-// a rate limit), the live message is one reply edited with chat.update,
-// within the edit spacing (at most once per EditSpacing per message).
+// stream (an older workspace, a missing scope: an error answer of
+// startStream's other than a rate limit), the live message is one reply
+// edited with chat.update, within the edit spacing (at most once per
+// EditSpacing per message). A startStream whose outcome is unknown (a
+// transport error, a timeout, a 5xx: Slack may have started the stream) gets
+// no such reply, which would show beside the stream: the live message fails
+// to open, and the answer is posted as usual by the outbox.
 
 // Defaults of the streaming budget.
 const (
@@ -68,7 +73,9 @@ func newStreams() *streams {
 func (c *Connector) StreamPace() time.Duration { return DefaultStreamPace }
 
 // OpenStream implements chat.Streamer: chat.startStream in thread t, or,
-// where Slack refuses, a reply to be edited.
+// where Slack refuses for sure (refusedStream), a reply to be edited. Any
+// other error is returned: the live message does not open (threads.Live
+// shows nothing more of the answer, which the outbox posts).
 func (c *Connector) OpenStream(ctx context.Context, t chat.ThreadRef, m chat.Message) (chat.MessageRef, error) {
 	opts := []slackgo.MsgOption{slackgo.MsgOptionTS(t.ID)}
 	if m.Recipient != "" {
@@ -83,11 +90,10 @@ func (c *Connector) OpenStream(ctx context.Context, t chat.ThreadRef, m chat.Mes
 		_, ts, err = c.api.StartStreamContext(ctx, t.Channel, opts...)
 		return c.apiError("chat.startStream", err)
 	})
-	var ra *chat.RetryAfterError
 	switch {
 	case err == nil:
 		return chat.MessageRef{Surface: chat.Slack, Channel: t.Channel, ID: ts}, nil
-	case errors.As(err, &ra) || ctx.Err() != nil:
+	case ctx.Err() != nil || !refusedStream(err):
 		return chat.MessageRef{}, err
 	}
 	c.log.InfoContext(ctx, "streaming refused; the live message is an edited reply", "request_id", m.Request, "error", err)
@@ -99,6 +105,27 @@ func (c *Connector) OpenStream(ctx context.Context, t chat.ThreadRef, m chat.Mes
 	c.live.fallback[ref.ID] = true
 	c.live.mu.Unlock()
 	return ref, nil
+}
+
+// refusedStream reports whether err, chat.startStream's, says for sure that
+// Slack started no stream: an answer of Slack's refusing the call (ok:false
+// with its error code: not_allowed, missing_scope, unknown_method...) or an
+// HTTP 4xx, but a rate limit (which is waited out instead). A transport
+// error, a timeout, a 5xx or an answer cut short may come after Slack
+// started the stream: a fallback reply then would be a second live message.
+func refusedStream(err error) bool {
+	var ra *chat.RetryAfterError
+	var se slackgo.SlackErrorResponse
+	var sc slackgo.StatusCodeError
+	switch {
+	case errors.As(err, &ra):
+		return false
+	case errors.As(err, &se):
+		return true
+	case errors.As(err, &sc):
+		return sc.Code >= 400 && sc.Code < 500 && sc.Code != http.StatusTooManyRequests
+	}
+	return false
 }
 
 // AppendStream implements chat.Streamer: the new text and the tool steps
@@ -146,18 +173,22 @@ func (c *Connector) AppendStream(ctx context.Context, ref chat.MessageRef, u cha
 // m.Text when what was streamed begins it; otherwise (another text, or a
 // stream this process did not write) the stream is stopped and its text
 // replaced with chat.update. A fallback reply is edited. Repeating it puts
-// m.Text in the message again.
-func (c *Connector) CloseStream(ctx context.Context, ref chat.MessageRef, m chat.Message) error {
+// m.Text in the message again. What the connector knows of the live message
+// is forgotten when it ends: closed, or failed for good (chat.ErrPermanent:
+// the outbox drops the close); after any other failure the outbox closes it
+// again, and that needs it.
+func (c *Connector) CloseStream(ctx context.Context, ref chat.MessageRef, m chat.Message) (err error) {
+	defer func() {
+		if err == nil || errors.Is(err, chat.ErrPermanent) {
+			c.forget(ref.ID)
+		}
+	}()
 	c.live.mu.Lock()
 	fallback := c.live.fallback[ref.ID]
 	shown, known := c.live.shown[ref.ID]
 	c.live.mu.Unlock()
 	if fallback {
-		if err := c.Update(ctx, ref, chat.Message{Request: m.Request, Kind: m.Kind, Text: m.Text}); err != nil {
-			return err
-		}
-		c.forget(ref.ID)
-		return nil
+		return c.Update(ctx, ref, chat.Message{Request: m.Request, Kind: m.Kind, Text: m.Text})
 	}
 	var opts []slackgo.MsgOption
 	rest, prefix := strings.CutPrefix(m.Text, shown)
@@ -171,7 +202,7 @@ func (c *Connector) CloseStream(ctx context.Context, ref chat.MessageRef, m chat
 	if err := c.live.stops.Wait(ctx); err != nil {
 		return err
 	}
-	_, _, err := c.api.StopStreamContext(ctx, ref.Channel, ref.ID, opts...)
+	_, _, err = c.api.StopStreamContext(ctx, ref.Channel, ref.ID, opts...)
 	err = c.apiError("chat.stopStream", err)
 	var se slackgo.SlackErrorResponse
 	switch {
@@ -185,10 +216,10 @@ func (c *Connector) CloseStream(ctx context.Context, ref chat.MessageRef, m chat
 			return fmt.Errorf("slack: closing live message %s: %w", ref.ID, err)
 		}
 	}
-	c.forget(ref.ID)
 	return nil
 }
 
+// forget drops what the connector knows of live message ts.
 func (c *Connector) forget(ts string) {
 	c.live.mu.Lock()
 	delete(c.live.fallback, ts)

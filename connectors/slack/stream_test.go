@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roombridge/roombridge/connectors/slack"
 	"github.com/roombridge/roombridge/connectors/slack/slacktest"
 	"github.com/roombridge/roombridge/requests"
 )
@@ -102,6 +103,62 @@ func TestStreamRefusedFallsBackToEdits(t *testing.T) {
 	}
 	if n := h.fake.RateLimited("chat.update"); n != 0 {
 		t.Errorf("%d chat.update calls rate limited", n)
+	}
+}
+
+// TestStreamStartInDoubtPostsNoFallback: Slack starts the stream but
+// chat.startStream's answer is lost on the way back (a transport error).
+// The connector cannot tell that no stream was started, so it posts no
+// fallback reply beside the one Slack may have started: the live message
+// does not open, and the answer is in the thread once, posted by the outbox
+// as a plain reply (never edited).
+func TestStreamStartInDoubtPostsNoFallback(t *testing.T) {
+	h := newHarness(t, fast(setup{mode: "events"}))
+	h.fake.LoseNextAnswer("chat.startStream")
+	h.mention(owner, streamAsk)
+	_, answer := h.answerOf()
+	var withAnswer []slacktest.Message
+	for _, m := range botReplies(h.fake) {
+		switch {
+		case m.Streaming && m.Text == "": // the stream Slack started: nobody knows its ts
+		case strings.Contains(m.Text, "alpha"):
+			withAnswer = append(withAnswer, m)
+		default:
+			t.Errorf("reply %q (streaming %v): want none but the answer", m.Text, m.Streaming)
+		}
+	}
+	if len(withAnswer) != 1 || withAnswer[0].Text != answer || withAnswer[0].Streaming || len(withAnswer[0].Updates) != 0 {
+		t.Fatalf("replies with the answer %+v, want one, posted once with the answer %q and not edited", withAnswer, answer)
+	}
+	if n := h.fake.Calls("chat.startStream"); n != 1 {
+		t.Errorf("%d chat.startStream calls, want 1", n)
+	}
+}
+
+// TestStreamCloseFailedForGoodIsForgotten: the answer's chat.stopStream
+// fails for good (message_not_found: the live message was deleted), so the
+// outbox drops the close; the connector keeps nothing of the live message
+// in memory afterwards.
+func TestStreamCloseFailedForGoodIsForgotten(t *testing.T) {
+	h := newHarness(t, fast(setup{mode: "events"}))
+	h.fake.FailNextError("chat.stopStream", "message_not_found")
+	h.mention(owner, streamAsk)
+	h.answerOf() // the request done, the outbox empty: the close dropped
+	if n := h.fake.Calls("chat.stopStream"); n != 1 {
+		t.Fatalf("%d chat.stopStream calls, want the one that failed", n)
+	}
+	if !strings.Contains(h.logs.String(), "dropping undeliverable effect") {
+		t.Errorf("the failed close was not dropped")
+	}
+	appended := false
+	for _, m := range botReplies(h.fake) {
+		appended = appended || m.Streaming && m.Appends > 0
+	}
+	if !appended {
+		t.Errorf("no live message was streamed into: %+v", botReplies(h.fake))
+	}
+	if n := slack.LiveMessages(h.conn); n != 0 {
+		t.Errorf("%d live messages still in memory after their close failed for good, want 0", n)
 	}
 }
 

@@ -163,6 +163,7 @@ type Server struct {
 	calls       map[string]int
 	rateLimited map[string]int
 	failures    map[string][]failure
+	lose        map[string]int // calls whose answers are lost (LoseNextAnswer), per method
 	socketState
 }
 
@@ -176,7 +177,7 @@ func NewServer(opts ...Option) *Server {
 		},
 		changed: make(chan struct{}), byKey: map[key]*Message{}, opened: map[string]bool{},
 		tat: map[string]time.Time{}, calls: map[string]int{}, rateLimited: map[string]int{},
-		failures: map[string][]failure{},
+		failures: map[string][]failure{}, lose: map[string]int{},
 	}
 	for _, o := range opts {
 		o(&s.opts)
@@ -217,6 +218,14 @@ func (s *Server) notifyLocked() {
 	s.changed = make(chan struct{})
 }
 
+// Changed returns a channel closed at the server's next change (what wakes WaitFor), for a wait on
+// the server and something else at once: take it, check the condition, then wait on it.
+func (s *Server) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
 // WaitFor blocks until cond(s) is true, re-evaluating it after every change to the server's state.
 // cond must not block; it may call any Server accessor.
 func (s *Server) WaitFor(ctx context.Context, cond func(*Server) bool) error {
@@ -233,22 +242,6 @@ func (s *Server) WaitFor(ctx context.Context, cond func(*Server) bool) error {
 			return fmt.Errorf("slacktest: wait for condition: %w", context.Cause(ctx))
 		}
 	}
-}
-
-// FailNext makes the next call of method fail with HTTP status, before any auth or limit check. For 429
-// a positive retryAfter is sent as Retry-After (rounded up to seconds); without that header slack-go
-// returns StatusCodeError, not RateLimitedError. Failures queue per method.
-func (s *Server) FailNext(method string, status int, retryAfter time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failures[method] = append(s.failures[method], failure{status: status, retryAfter: retryAfter})
-}
-
-// FailNextError makes the next call of method answer HTTP 200 {"ok":false,"error":slackErr}.
-func (s *Server) FailNextError(method, slackErr string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.failures[method] = append(s.failures[method], failure{status: http.StatusOK, slackErr: slackErr})
 }
 
 // Calls reports how many requests method received, including rejected ones.
@@ -373,12 +366,13 @@ func TSTime(ts string) (time.Time, error) {
 	return time.UnixMicro(s*1e6 + us), nil
 }
 
-// reply is one Web API answer; err != "" means ok:false.
+// reply is one Web API answer; err != "" means ok:false; lost: none is sent (LoseNextAnswer).
 type reply struct {
 	status     int
 	retryAfter time.Duration
 	err        string
 	body       map[string]any
+	lost       bool
 }
 
 func fail(code string) reply { return reply{err: code} }
@@ -390,6 +384,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(s.opts.roundTrip / 2) // plays the way to Slack
 		rep = s.handle(method, r)
 		time.Sleep(s.opts.roundTrip / 2) // and back
+	}
+	if rep.lost {
+		panic(http.ErrAbortHandler) // the server closes the connection, answering nothing
 	}
 	if rep.status == http.StatusTooManyRequests && rep.retryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int((rep.retryAfter+time.Second-1)/time.Second)))
@@ -414,6 +411,10 @@ func (s *Server) handle(method string, r *http.Request) reply {
 	defer s.notifyLocked()
 	s.calls[method]++
 	rep := s.dispatchLocked(method, r)
+	if s.lose[method] > 0 {
+		s.lose[method]--
+		rep.lost = true
+	}
 	if rep.status == http.StatusTooManyRequests {
 		s.rateLimited[method]++
 	}

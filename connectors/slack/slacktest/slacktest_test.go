@@ -237,6 +237,26 @@ func TestFailNext(t *testing.T) {
 	}
 }
 
+// A lost answer: the call is carried out (the message posted), and the
+// client gets a transport error, not an answer of Slack's.
+func TestLoseNextAnswer(t *testing.T) {
+	srv, api, _ := newServer(t, slacktest.PostMessageLimit(0, 0))
+	ctx := ctxT(t)
+	srv.LoseNextAnswer("chat.postMessage")
+	_, _, err := api.PostMessageContext(ctx, "C1", slack.MsgOptionText("lost", false))
+	_, isSlack := errors.AsType[slack.SlackErrorResponse](err)
+	_, isStatus := errors.AsType[slack.StatusCodeError](err)
+	if err == nil || isSlack || isStatus {
+		t.Fatalf("err = %v, want a transport error", err)
+	}
+	if _, _, err := api.PostMessageContext(ctx, "C1", slack.MsgOptionText("answered", false)); err != nil {
+		t.Fatal(err)
+	}
+	if ms := srv.Messages(); len(ms) != 2 || ms[0].Text != "lost" {
+		t.Fatalf("messages %+v, want the lost call's and the next", ms)
+	}
+}
+
 // nextEvent reads smc.Events until an event of type typ arrives.
 func nextEvent(t *testing.T, ctx context.Context, smc *socketmode.Client, typ socketmode.EventType) socketmode.Event {
 	t.Helper()
