@@ -366,7 +366,7 @@ func (c *crashRun) drive(j *crashJob, reqs []*requests.Request, first bool) {
 			// not send it again.
 			c.lostAfterAck++
 			c.t.Errorf("%s (%s): its event %s was acknowledged (200), then lost by a kill (the connector acknowledges "+
-				"once the core has stored an event, or when its ack budget runs out)", j.tag, j.kind, "Ev"+strings.ToUpper(j.tag))
+				"only once the core has stored an event)", j.tag, j.kind, "Ev"+strings.ToUpper(j.tag))
 		}
 		code := c.slackPost("/slack/events", "application/json", j.event)
 		c.sent++
