@@ -22,10 +22,14 @@ const (
 )
 
 // Button values name what a click decides; the SDK needs an object value.
+// A card posted in a topic also names the topic (its root message): Feishu's
+// callback does not, and the click is to keep its order with the topic's
+// replies (orderKey).
 const (
 	valueBlock  = "block_id"
 	valueAction = "action_id"
 	valueValue  = "value"
+	valueTopic  = "topic"
 )
 
 // card is Feishu card JSON 2.0 (shared by construction: 2.0 cards always are,
@@ -98,9 +102,11 @@ func text(s string) plainText { return plainText{Tag: "plain_text", Content: s} 
 func textDiv(s string) div { return div{Tag: "div", Text: text(s)} }
 
 // renderCard renders m as a card: the title as the header (coloured by the
-// status), the text, the fields, the status line and the buttons. All text is
-// plain_text, so nothing a user wrote is read as markup.
-func renderCard(m chat.Message) card {
+// status), the text, the fields, the status line and the buttons, whose
+// values name topic when it is not "" (the root of the topic the card is
+// posted in). All text is plain_text, so nothing a user wrote is read as
+// markup.
+func renderCard(m chat.Message, topic string) card {
 	c := card{Schema: "2.0", Config: cardConfig{UpdateMulti: true}, Body: cardBody{Elements: []any{}}}
 	cc := m.Card
 	if cc == nil {
@@ -125,14 +131,16 @@ func renderCard(m chat.Message) card {
 	if len(cc.Buttons) > 0 {
 		set := columnSet{Tag: "column_set", FlexMode: "none"}
 		for i, b := range cc.Buttons {
+			value := map[string]string{valueBlock: cc.BlockID, valueAction: b.ActionID, valueValue: b.Value}
+			if topic != "" {
+				value[valueTopic] = topic
+			}
 			btn := button{
 				Tag:       "button",
 				ElementID: elementID(i, b.ActionID),
 				Text:      text(b.Label),
 				Type:      buttonType(b.Style),
-				Behaviors: []behavior{{Type: "callback", Value: map[string]string{
-					valueBlock: cc.BlockID, valueAction: b.ActionID, valueValue: b.Value,
-				}}},
+				Behaviors: []behavior{{Type: "callback", Value: value}},
 			}
 			if b.Confirm != "" {
 				btn.Confirm = &confirm{Title: text(b.Label + "?"), Text: text(clip.Text(b.Confirm, maxFieldText, clip.Runes))}
@@ -147,19 +155,22 @@ func renderCard(m chat.Message) card {
 	return c
 }
 
-// cardContent is the content string of an interactive message.
-func cardContent(m chat.Message) (string, error) {
-	b, err := json.Marshal(renderCard(m))
+// cardContent is the content string of an interactive message, posted in
+// topic ("": none, or not known, as for an Update: its clicks then keep
+// their order per card only).
+func cardContent(m chat.Message, topic string) (string, error) {
+	b, err := json.Marshal(renderCard(m, topic))
 	if err != nil {
 		return "", fmt.Errorf("feishu: render card: %w", err)
 	}
 	return string(b), nil
 }
 
-// messageContent renders m as a card when it has one, else as a text message.
-func messageContent(m chat.Message) (msgType, content string, err error) {
+// messageContent renders m as a card (posted in topic, see cardContent)
+// when it has one, else as a text message.
+func messageContent(m chat.Message, topic string) (msgType, content string, err error) {
 	if m.Card != nil {
-		content, err = cardContent(m)
+		content, err = cardContent(m, topic)
 		return larkim.MsgTypeInteractive, content, err
 	}
 	b, err := json.Marshal(map[string]string{"text": clip.Text(m.Text, maxText, clip.Runes)})

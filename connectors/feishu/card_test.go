@@ -13,7 +13,7 @@ import (
 func TestDenyAsksToConfirm(t *testing.T) {
 	content, err := cardContent(chat.Message{Card: &chat.Card{Title: "Approval needed", BlockID: "approval:R1:1", Buttons: []chat.Button{
 		{ActionID: "approve", Label: "Approve", Value: "R1"},
-		{ActionID: "deny", Label: "Deny", Value: "R1", Style: "danger", Confirm: "Deny R1?"}}}})
+		{ActionID: "deny", Label: "Deny", Value: "R1", Style: "danger", Confirm: "Deny R1?"}}}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@
 //
 // The connector never touches the store: the core dedupes events (by
 // header.event_id), orders and retries sends (the outbox). The connector
-// verifies and acknowledges inbound events within Feishu's 3 s, paces sends
+// verifies and answers inbound events within Feishu's 3 s, paces sends
 // under Feishu's rate limits, sends every message with a uuid derived from the
 // effect's idempotency key (so Feishu drops a retried send too), and maps
 // Feishu's answers to errors the outbox understands: chat.RetryAfterError for
@@ -38,6 +38,7 @@ import (
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/connectors/ratelimit"
+	"github.com/roombridge/roombridge/internal/lanes"
 )
 
 // Modes of receiving events.
@@ -64,8 +65,15 @@ const maxUUID = 50
 // Defaults.
 const (
 	// DefaultAckBudget is how long an inbound event may wait for the core
-	// before it is acknowledged anyway (Feishu re-pushes after 3 s).
+	// before it is answered anyway (Feishu re-pushes after 3 s): a message
+	// with an error (Feishu pushes it again), a click acknowledged.
 	DefaultAckBudget = 2500 * time.Millisecond
+	// DefaultWorkers is how many inbound events are handled at once.
+	DefaultWorkers = 8
+	// DefaultQueue bounds the inbound events received and not yet handled;
+	// when it is full new events are answered with an error, so Feishu
+	// pushes them again later.
+	DefaultQueue = 1024
 	// DefaultEditEvery spaces edits of one message (the design's coalescing
 	// rule: status edits at least 1 s apart per message).
 	DefaultEditEvery = time.Second
@@ -101,8 +109,11 @@ type Options struct {
 	Limits    Limits        // zero fields: DefaultLimits
 	EditEvery time.Duration // zero: DefaultEditEvery
 	AckBudget time.Duration // zero: DefaultAckBudget
-	Clock     clock.Clock   // timestamps of callbacks; nil: real time
-	Log       *slog.Logger  // nil: slog.Default()
+	// Workers and Queue size the pool that hands inbound events to the
+	// core in order per topic (zero: DefaultWorkers, DefaultQueue).
+	Workers, Queue int
+	Clock          clock.Clock  // timestamps of callbacks; nil: real time
+	Log            *slog.Logger // nil: slog.Default()
 	// HTTPClient, if set, makes the Open API calls.
 	HTTPClient *http.Client
 }
@@ -117,9 +128,11 @@ type Connector struct {
 	disp  *dispatcher.EventDispatcher
 
 	handler atomic.Pointer[chat.Handler]
-	running atomic.Int32   // Run calls in progress: HTTP events are served only then
-	wg      sync.WaitGroup // handler calls and notices outliving their event (track)
-	trackMu sync.Mutex     // orders track's wg.Add before Run's last decrement of running
+	running atomic.Int32       // Run calls in progress: HTTP events are served only then
+	queue   *lanes.Lanes[*job] // inbound events waiting for the core, in lanes (pool.go)
+	wg      sync.WaitGroup     // notices outliving their event (track)
+	trackMu sync.Mutex         // orders track's wg.Add and submit's queueing before Run's last decrement of running
+	told    toldSet            // events a notice was sent for (notice)
 
 	perChat *ratelimit.Spacer // sends into one chat, from their starts (chatFloor); key: chat ID or "user:<open_id>"
 	perMsg  *ratelimit.Spacer // PATCHes of one message; key: message ID
@@ -172,6 +185,12 @@ func New(o Options) (*Connector, error) {
 	if o.AckBudget <= 0 {
 		o.AckBudget = DefaultAckBudget
 	}
+	if o.Workers <= 0 {
+		o.Workers = DefaultWorkers
+	}
+	if o.Queue <= 0 {
+		o.Queue = DefaultQueue
+	}
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
@@ -197,6 +216,7 @@ func New(o Options) (*Connector, error) {
 		perAPI:  ratelimit.NewKeyed(pace(o.Limits.PerApp), 1),
 		botID:   o.BotOpenID,
 		live:    newLiveCards(),
+		queue:   lanes.New[*job](o.Queue),
 	}
 	// One dispatcher serves both modes (ws frames and verified HTTP bodies).
 	c.disp = dispatcher.NewEventDispatcher(o.VerificationToken, o.EncryptKey).
@@ -246,16 +266,12 @@ func (c *Connector) Surface() string { return chat.Feishu }
 func (c *Connector) Receiving() bool { return c.running.Load() > 0 }
 
 // Run receives events until ctx ends: over the long connection in ws mode; in
-// callback mode they come through Routes and Run only waits.
+// callback mode they come through Routes and Run only waits. Its workers
+// hand the events to the core (pool.go); when ctx ends, the events queued
+// are still handled, for up to drainGrace.
 func (c *Connector) Run(ctx context.Context, h chat.Handler) error {
 	c.handler.Store(&h)
-	c.running.Add(1)
-	defer func() {
-		c.trackMu.Lock()
-		c.running.Add(-1) // no goroutine is counted after the last Run's
-		c.trackMu.Unlock()
-		c.wg.Wait()
-	}()
+	defer c.serve(ctx)()
 	if c.opts.Mode == ModeCallback {
 		c.log.InfoContext(ctx, "feishu: receiving events over HTTP", "path", EventsPath)
 		<-ctx.Done()
@@ -289,7 +305,7 @@ func (c *Connector) current() chat.Handler {
 // StartThread posts m as an interactive card into chat channel; the card is
 // the root of the request's topic and is updated in place later.
 func (c *Connector) StartThread(ctx context.Context, channel string, m chat.Message) (chat.ThreadRef, chat.MessageRef, error) {
-	content, err := cardContent(m)
+	content, err := cardContent(m, "")
 	if err != nil {
 		return chat.ThreadRef{}, chat.MessageRef{}, err
 	}
@@ -304,7 +320,7 @@ func (c *Connector) StartThread(ctx context.Context, channel string, m chat.Mess
 // Reply posts m in the topic of t (reply_in_thread). Feishu cannot also show
 // a topic reply in the chat, so m.Broadcast has no effect here.
 func (c *Connector) Reply(ctx context.Context, t chat.ThreadRef, m chat.Message) (chat.MessageRef, error) {
-	msgType, content, err := messageContent(m)
+	msgType, content, err := messageContent(m, t.ID)
 	if err != nil {
 		return chat.MessageRef{}, err
 	}
@@ -319,7 +335,7 @@ func (c *Connector) Reply(ctx context.Context, t chat.ThreadRef, m chat.Message)
 // cards are shared, so every viewer sees the update). Edits of one message
 // are spaced by EditEvery; the outbox coalesces the ones that wait.
 func (c *Connector) Update(ctx context.Context, ref chat.MessageRef, m chat.Message) error {
-	content, err := cardContent(m)
+	content, err := cardContent(m, "")
 	if err != nil {
 		return err
 	}
@@ -339,7 +355,7 @@ func (c *Connector) Update(ctx context.Context, ref chat.MessageRef, m chat.Mess
 // Direct sends m to the user with open_id user (receive_id_type open_id), so
 // an approver has the card's buttons in their chat with the bot.
 func (c *Connector) Direct(ctx context.Context, user string, m chat.Message) (chat.MessageRef, error) {
-	msgType, content, err := messageContent(m)
+	msgType, content, err := messageContent(m, "")
 	if err != nil {
 		return chat.MessageRef{}, err
 	}

@@ -58,6 +58,9 @@ type setup struct {
 	fake  []feishutest.Option
 	conn  func(*feishu.Options)
 	slack bool // also run the Slack connector against slacktest, on the same room
+	// handler, if set, wraps the core's chat.Handler as the Feishu
+	// connector sees it (a slow or stuck core), in both modes.
+	handler func(chat.Handler) chat.Handler
 }
 
 // harness is the whole bridge (core.New on a bolt file, running the demo
@@ -140,6 +143,9 @@ func (h *harness) start() {
 		t.Fatal(err)
 	}
 	conns := []chat.Connector{conn}
+	if h.s.handler != nil {
+		conns[0] = wrappedCore{conn, h.s.handler}
+	}
 	if h.slack != nil {
 		sc, err := slack.New(slack.Options{Mode: slack.ModeSocket, BotToken: slacktest.DefaultBotToken,
 			AppToken: slacktest.DefaultAppToken, APIURL: h.slack.APIURL(), Log: h.log, PingInterval: time.Hour})
@@ -162,6 +168,20 @@ func (h *harness) start() {
 			t.Fatalf("waiting for slack socket mode: %v", err)
 		}
 	}
+}
+
+// wrappedCore is the Feishu connector seeing the core through wrap.
+type wrappedCore struct {
+	*feishu.Connector
+	wrap func(chat.Handler) chat.Handler
+}
+
+func (w wrappedCore) Run(ctx context.Context, h chat.Handler) error {
+	return w.Connector.Run(ctx, w.wrap(h))
+}
+
+func (w wrappedCore) Routes(h chat.Handler) map[string]http.Handler {
+	return w.Connector.Routes(w.wrap(h))
 }
 
 // waitUntil waits, re-checking every few milliseconds until the tests'
@@ -251,9 +271,12 @@ func (h *harness) requests() []*requests.Request {
 }
 
 // askEvent is an im.message.receive_v1 event of user mentioning the bot with text.
-func (h *harness) askEvent(user, text string) []byte {
+func (h *harness) askEvent(user, text string) []byte { return h.askEventID(h.eventID(), user, text) }
+
+// askEventID is askEvent with the event ID id.
+func (h *harness) askEventID(id, user, text string) []byte {
 	return feishutest.MessageEvent{
-		EventID: h.eventID(), Token: vtoken, AppID: h.appID, SenderOpenID: user, ChatID: chatID,
+		EventID: id, Token: vtoken, AppID: h.appID, SenderOpenID: user, ChatID: chatID,
 		Text:     "@_user_1 " + text,
 		Mentions: []feishutest.Mention{{Key: "@_user_1", OpenID: h.fake.BotOpenID(), Name: "roombridge"}},
 	}.JSON()
@@ -276,6 +299,33 @@ func (h *harness) deliver(body []byte) {
 		h.t.Fatal(err)
 	}
 	h.waitAck(id)
+}
+
+// send delivers an event the way the mode receives it, whatever its
+// answer: the status (200, or 500 for an event answered with an error),
+// the long-connection frame's message_id (Redeliver pushes it again; "" in
+// callback mode) and how long the answer took.
+func (h *harness) send(body []byte) (status int, frame string, took time.Duration) {
+	h.t.Helper()
+	start := time.Now()
+	if h.s.mode == feishu.ModeCallback {
+		code, _ := h.post(body, time.Now())
+		return code, "", time.Since(start)
+	}
+	id, err := h.fake.PushEvent(h.ctx(), body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.waitFake("the answer to "+id, func() bool { return len(h.fake.Responses(id)) > 0 })
+	return h.fake.Responses(id)[0].StatusCode, id, time.Since(start)
+}
+
+// replyEvent is an im.message.receive_v1 event of user writing text in the
+// topic rooted at root (a message the fake holds, so it can be replied to).
+func (h *harness) replyEvent(user string, root feishutest.Message, text string) []byte {
+	msg := h.fake.AddUserMessage(root.ChatID, user, text, root.ID)
+	return feishutest.MessageEvent{EventID: h.eventID(), Token: vtoken, AppID: h.appID, SenderOpenID: user,
+		ChatID: root.ChatID, MessageID: msg, RootID: root.ID, ParentID: root.ID, ThreadID: root.ThreadID, Text: text}.JSON()
 }
 
 // waitAck waits for the client's answer to frame id and checks it is a 200.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	larkcore "github.com/larksuite/oapi-sdk-go/v3/core"
@@ -35,8 +34,15 @@ var errUnsureMention = errors.New("feishu: cannot tell whether a message mention
 
 // onMessage handles im.message.receive_v1: a mention of the bot (or a direct
 // message to it) is an ask, a message in a topic is a reply to the request
-// whose card roots the topic. It returns within the ack budget.
+// whose card roots the topic. It returns within the ack budget: nil once
+// the core has handled (stored) the event, else errNotStored, so that
+// Feishu pushes the event again and the core's dedupe keeps it once. So too
+// when the budget runs out first (an acknowledged event is never pushed
+// again: a crash before the core stored it would lose it); the handling
+// goes on, and of its late answer and the redelivery's, the first to come
+// is told (notice).
 func (c *Connector) onMessage(ctx context.Context, ev *larkim.P2MessageReceiveV1) error {
+	arrived := time.Now()
 	h := c.current()
 	if h == nil {
 		return errNoHandler
@@ -55,18 +61,21 @@ func (c *Connector) onMessage(ctx context.Context, ev *larkim.P2MessageReceiveV1
 		}
 		c.notice(in.Channel, msgID, in.ID, r.Text)
 	}
-	r, done := c.call(ctx, h, in, tell)
-	switch {
-	case done && r.Retry:
-		return errNotStored
-	case done:
-		tell(r)
+	r, done := c.call(ctx, h, in, arrived, tell)
+	if !done {
+		c.log.WarnContext(ctx, "feishu: ack budget ran out: message answered with an error for Feishu to push it again; its handling goes on",
+			"event_id", in.ID, "kind", string(in.Kind), "budget", c.opts.AckBudget)
 	}
+	if !done || r.Retry {
+		return errNotStored
+	}
+	tell(r)
 	return nil
 }
 
 // errNotStored answers an event the core failed to take on our side
-// (chat.Response.Retry): an error, so that Feishu delivers it again.
+// (chat.Response.Retry), or a message the core has not stored within the
+// ack budget: an error, so that Feishu delivers it again.
 var errNotStored = errors.New("feishu: the bridge could not store the event; deliver it again")
 
 // toEvent turns a received message into a chat event; ok is false for
@@ -191,8 +200,14 @@ func postText(content string) string {
 }
 
 // onCardAction handles card.action.trigger: a button press becomes a
-// chat.Click; the answer (within 3 s) is a toast with what the core said.
+// chat.Click (in the topic its button names, if any: it keeps its order
+// with the topic's replies); the answer (within 3 s) is a toast with what
+// the core said. A core slower than the ack budget gets the click
+// acknowledged anyway, with a toast that it is under way, and handles it
+// afterwards: answered with an error, Feishu would only show the clicker an
+// error, and a re-push would repeat the click.
 func (c *Connector) onCardAction(ctx context.Context, ev *callback.CardActionTriggerEvent) (*callback.CardActionTriggerResponse, error) {
+	arrived := time.Now()
 	h := c.current()
 	if h == nil {
 		return nil, errNoHandler
@@ -220,11 +235,16 @@ func (c *Connector) onCardAction(ctx context.Context, ev *callback.CardActionTri
 		in.Channel = cx.OpenChatID
 		in.Click.Message = chat.MessageRef{Surface: chat.Feishu, Channel: cx.OpenChatID, ID: cx.OpenMessageID}
 	}
-	r, done := c.call(ctx, h, in, func(r chat.Response) {
+	if topic, _ := a.Value[valueTopic].(string); topic != "" {
+		in.Thread = &chat.ThreadRef{Surface: chat.Feishu, Channel: in.Channel, ID: topic}
+	}
+	r, done := c.call(ctx, h, in, arrived, func(r chat.Response) {
 		c.log.InfoContext(ctx, "feishu: click answered after the ack", "event_id", in.ID, "block", block, "error", r.Error, "retry", r.Retry, "text", r.Text)
 	})
 	switch {
 	case !done:
+		c.log.WarnContext(ctx, "feishu: ack budget ran out: click acknowledged before the core answered; its handling goes on",
+			"event_id", in.ID, "kind", string(in.Kind), "budget", c.opts.AckBudget)
 		return toast("info", "Received; the card updates in a moment."), nil
 	case r.Retry:
 		return nil, errNotStored
@@ -238,81 +258,6 @@ func (c *Connector) onCardAction(ctx context.Context, ev *callback.CardActionTri
 
 func toast(kind, text string) *callback.CardActionTriggerResponse {
 	return &callback.CardActionTriggerResponse{Toast: &callback.Toast{Type: kind, Content: clip.Text(text, maxToast, clip.Runes)}}
-}
-
-// call passes ev to h and waits for its answer at most the ack budget. If
-// the core takes longer, call returns done=false so the event is
-// acknowledged, and late gets the answer when it comes.
-func (c *Connector) call(ctx context.Context, h chat.Handler, ev chat.Event, late func(chat.Response)) (chat.Response, bool) {
-	if !c.track() {
-		// Run is stopping: not handled here, Feishu delivers it again.
-		return chat.Response{Retry: true}, true
-	}
-	answer, decided := make(chan chat.Response, 1), make(chan struct{})
-	var gaveUp atomic.Bool
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handlerTimeout)
-	go func() {
-		defer c.wg.Done()
-		defer cancel()
-		r := h.Handle(hctx, ev)
-		answer <- r
-		<-decided
-		if gaveUp.Load() {
-			late(r) // acknowledged without it: the answer comes late
-		}
-	}()
-	t := time.NewTimer(c.opts.AckBudget)
-	defer t.Stop()
-	defer close(decided)
-	select {
-	case r := <-answer:
-		return r, true
-	case <-t.C:
-		c.log.WarnContext(ctx, "feishu: acknowledged before the core answered", "event_id", ev.ID, "kind", string(ev.Kind))
-		gaveUp.Store(true)
-		return chat.Response{}, false
-	}
-}
-
-// track counts one more goroutine that outlives its event in c.wg, unless
-// no Run is left (it is stopping, and waits for those it counted): it
-// reports whether it did.
-func (c *Connector) track() bool {
-	c.trackMu.Lock()
-	defer c.trackMu.Unlock()
-	if c.running.Load() == 0 {
-		return false
-	}
-	c.wg.Add(1)
-	return true
-}
-
-// notice tells a person why the bridge refused their message (or answers
-// their command), as a reply to it (Feishu has no ephemeral text message).
-// It sends in the background, so the event's ack never waits for the rate
-// limiter; the uuid derived from the event ID keeps a redelivered event from
-// repeating the notice.
-func (c *Connector) notice(chatID, msgID, eventID, text string) {
-	content, err := json.Marshal(map[string]string{"text": clip.Text(text, maxText, clip.Runes)})
-	if err != nil {
-		return
-	}
-	key := ""
-	if eventID != "" {
-		key = "notice:" + eventID
-	}
-	if !c.track() {
-		c.log.Info("feishu: refusal notice not sent: the connector is stopping", "event_id", eventID)
-		return
-	}
-	go func() {
-		defer c.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), handlerTimeout)
-		defer cancel()
-		if _, err := c.reply(ctx, chatID, msgID, larkim.MsgTypeText, string(content), key, false); err != nil {
-			c.log.WarnContext(ctx, "feishu: refusal notice not sent", "event_id", eventID, "error", err)
-		}
-	}()
 }
 
 // botOpenID returns the bot's open_id, asking bot/v3/info once (and again

@@ -207,11 +207,13 @@ func sharedCard(card json.RawMessage) bool {
 	return json.Unmarshal(card, &c) == nil && (c.Schema == "2.0" || c.Config.UpdateMulti)
 }
 
-// dedupeLocked returns the message an unexpired uuid already sent. s.mu must be held.
+// dedupeLocked counts a send of uuid and returns the message an unexpired
+// uuid already sent. s.mu must be held.
 func (s *Server) dedupeLocked(uuid string) *Message {
 	if uuid == "" {
 		return nil
 	}
+	s.uuidSends[uuid]++
 	hit, ok := s.uuids[uuid]
 	if !ok || s.clock.Now().Sub(hit.at) >= uuidWindow {
 		return nil

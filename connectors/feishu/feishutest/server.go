@@ -176,6 +176,7 @@ type Server struct {
 	messages    []*Message
 	byID        map[string]*Message
 	uuids       map[string]uuidHit
+	uuidSends   map[string]int // sends per uuid, those deduped included
 	windows     map[string][]time.Time
 	failures    map[string][]failure
 	rateLimited int
@@ -208,6 +209,7 @@ func New(appID, appSecret string, opts ...Option) *Server {
 		changed:      make(chan struct{}),
 		byID:         map[string]*Message{},
 		uuids:        map[string]uuidHit{},
+		uuidSends:    map[string]int{},
 		windows:      map[string][]time.Time{},
 		failures:     map[string][]failure{},
 		devices:      map[string]bool{},
@@ -327,6 +329,15 @@ func (s *Server) RateLimited() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.rateLimited
+}
+
+// Sends counts the creates and replies that carried uuid and were not
+// refused (bad input, rate limits), those its dedupe answered with the
+// message already sent included.
+func (s *Server) Sends(uuid string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.uuidSends[uuid]
 }
 
 // TokenRequests counts successful tenant_access_token requests.

@@ -1,0 +1,232 @@
+package feishu
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	larkim "github.com/larksuite/oapi-sdk-go/v3/service/im/v1"
+
+	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/internal/clip"
+)
+
+// drainGrace bounds how long the workers go on handling queued events
+// once the last Run is stopping (some may be acknowledged already, clicks
+// whose ack budget ran out: they would be lost otherwise); then the
+// handlers' contexts end.
+const drainGrace = 5 * time.Second
+
+// How long, and how many, told events are remembered (toldSet): Feishu
+// pushes an event again for about 7 h (15 s, 5 min, 1 h, 6 h after).
+const (
+	toldKeep = 8 * time.Hour
+	toldMax  = 10000
+)
+
+// job is an inbound event waiting in its lane for the core. The worker that
+// handles it hands the core's answer to the caller waiting in call, or to
+// late once the caller has stopped waiting (gaveUp: the ack budget ran out).
+type job struct {
+	h       chat.Handler
+	ev      chat.Event
+	answer  chan chat.Response // buffered: the core's answer
+	decided chan struct{}      // closed once the caller has stopped waiting
+	gaveUp  atomic.Bool        // set before decided is closed
+	late    func(chat.Response)
+}
+
+// call queues ev for h in its lane (orderKey) and waits for the core's
+// answer until the ack budget since arrived runs out. If it runs out, call
+// returns done=false: the core handles ev afterwards (nothing is
+// cancelled) and late gets its answer. An event that cannot be queued (no
+// Run is left, or the queue is full) gets Retry, so that it is answered
+// with an error and Feishu delivers it again: never dropped unanswered.
+func (c *Connector) call(ctx context.Context, h chat.Handler, ev chat.Event, arrived time.Time, late func(chat.Response)) (r chat.Response, done bool) {
+	j := &job{h: h, ev: ev, answer: make(chan chat.Response, 1), decided: make(chan struct{}), late: late}
+	if !c.submit(ctx, j) {
+		return chat.Response{Retry: true}, true
+	}
+	t := time.NewTimer(time.Until(arrived.Add(c.opts.AckBudget)))
+	defer t.Stop()
+	defer close(j.decided)
+	select {
+	case r := <-j.answer:
+		return r, true
+	case <-t.C:
+		j.gaveUp.Store(true)
+		return chat.Response{}, false
+	}
+}
+
+// submit queues j behind the events of its lane. It refuses (reporting
+// false) once no Run is left, and when the queue is full. It holds trackMu,
+// so that nothing is queued after the last Run's decrement of running: its
+// workers drain the queue and return, and a job queued later would wait
+// for no one.
+func (c *Connector) submit(ctx context.Context, j *job) bool {
+	c.trackMu.Lock()
+	defer c.trackMu.Unlock()
+	if c.running.Load() == 0 {
+		c.log.InfoContext(ctx, "feishu: event refused: the connector is stopping; Feishu delivers it again",
+			"event_id", j.ev.ID, "kind", string(j.ev.Kind))
+		return false
+	}
+	if !c.queue.Add(orderKey(j.ev), j) {
+		c.log.WarnContext(ctx, "feishu: inbound queue full; event answered with an error for Feishu to deliver it again",
+			"event_id", j.ev.ID, "kind", string(j.ev.Kind), "queue", c.opts.Queue)
+		return false
+	}
+	return true
+}
+
+// orderKey is the lane of ev (internal/lanes): the events of one topic (its
+// replies, and the clicks on the cards posted in it, whose buttons name it),
+// of one card outside a topic (an approver's copy in their chat with the
+// bot), and one person's top-level messages in a chat keep their order (a
+// "cancel" reply then a click on Retry run in that order, a person's asks
+// get their IDs in the order they asked, a redelivery follows its first
+// delivery); the others need no order between them and are handled at the
+// same time.
+func orderKey(ev chat.Event) string {
+	switch {
+	case ev.Thread != nil:
+		return "topic:" + ev.Thread.ID // message IDs are unique across chats
+	case ev.Click != nil:
+		return "card:" + ev.Click.BlockID
+	case ev.User != "":
+		return "user:" + ev.Channel + "/" + ev.User
+	case ev.ID != "":
+		return "event:" + ev.ID
+	}
+	return ""
+}
+
+// serve counts one more Run and starts its workers on the queue. The
+// returned stop ends this Run's share: once no Run is left events are
+// refused (Retry: Feishu delivers them again), what is queued is handled
+// (for up to drainGrace, then the handlers' contexts end), and stop returns
+// when the workers, the late answers and the notices are done.
+func (c *Connector) serve(ctx context.Context) (stop func()) {
+	c.running.Add(1)
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		c.queue.Run(c.opts.Workers, quit, func(j *job) { c.handle(hctx, j) })
+	}()
+	return func() {
+		c.trackMu.Lock()
+		c.running.Add(-1) // nothing is queued or counted after the last Run's
+		c.trackMu.Unlock()
+		close(quit)
+		t := time.AfterFunc(drainGrace, cancel)
+		<-done
+		t.Stop()
+		cancel()
+		c.wg.Wait()
+	}
+}
+
+// handle passes j's event to the core (on a worker) and its answer to j's
+// caller, or to j.late if the caller answered Feishu without it.
+func (c *Connector) handle(ctx context.Context, j *job) {
+	r := c.handleOne(ctx, j)
+	j.answer <- r
+	<-j.decided
+	if j.gaveUp.Load() {
+		j.late(r)
+	}
+}
+
+// handleOne is the core's answer to j's event within handlerTimeout; a
+// panic of the core's is Retry (Feishu delivers the event again).
+func (c *Connector) handleOne(ctx context.Context, j *job) (r chat.Response) {
+	ctx, cancel := context.WithTimeout(ctx, handlerTimeout)
+	defer cancel()
+	defer func() {
+		if v := recover(); v != nil {
+			c.log.ErrorContext(ctx, "feishu: handler panicked", "event_id", j.ev.ID, "kind", string(j.ev.Kind), "panic", v)
+			r = chat.Response{Retry: true}
+		}
+	}()
+	return j.h.Handle(ctx, j.ev)
+}
+
+// track counts one more goroutine that outlives its event (a notice) in
+// c.wg, unless no Run is left (it is stopping, and waits for those it
+// counted): it reports whether it did.
+func (c *Connector) track() bool {
+	c.trackMu.Lock()
+	defer c.trackMu.Unlock()
+	if c.running.Load() == 0 {
+		return false
+	}
+	c.wg.Add(1)
+	return true
+}
+
+// notice tells a person why the bridge refused their message (or answers
+// their command), as a reply to it (Feishu has no ephemeral text message).
+// It sends in the background, so the event's ack never waits for the rate
+// limiter. It tells at most once per event: of the answers to an event's
+// deliveries (the late answer of one whose ack budget ran out, then its
+// redelivery's), the first told wins (toldSet); the uuid derived from the
+// event ID also makes Feishu drop a repeat within the hour, across
+// restarts.
+func (c *Connector) notice(chatID, msgID, eventID, text string) {
+	content, err := json.Marshal(map[string]string{"text": clip.Text(text, maxText, clip.Runes)})
+	if err != nil {
+		return
+	}
+	key := ""
+	if eventID != "" {
+		key = "notice:" + eventID
+	}
+	if !c.track() {
+		c.log.Info("feishu: refusal notice not sent: the connector is stopping", "event_id", eventID)
+		return
+	}
+	if eventID != "" && !c.told.first(eventID, c.clock.Now()) {
+		c.wg.Done()
+		c.log.Info("feishu: notice not sent: an earlier delivery of the event told it", "event_id", eventID)
+		return
+	}
+	go func() {
+		defer c.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), handlerTimeout)
+		defer cancel()
+		if _, err := c.reply(ctx, chatID, msgID, larkim.MsgTypeText, string(content), key, false); err != nil {
+			c.log.WarnContext(ctx, "feishu: refusal notice not sent", "event_id", eventID, "error", err)
+		}
+	}()
+}
+
+// toldSet remembers the events a notice was sent for, at most toldMax of
+// them for toldKeep each (the oldest go first). The zero value is empty.
+type toldSet struct {
+	mu    sync.Mutex
+	at    map[string]time.Time
+	order []string // the keys of at, oldest first
+}
+
+// first records key and reports whether it is new.
+func (s *toldSet) first(key string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.order) > 0 && (len(s.order) >= toldMax || now.Sub(s.at[s.order[0]]) > toldKeep) {
+		delete(s.at, s.order[0])
+		s.order = s.order[1:]
+	}
+	if _, ok := s.at[key]; ok {
+		return false
+	}
+	if s.at == nil {
+		s.at = map[string]time.Time{}
+	}
+	s.at[key] = now
+	s.order = append(s.order, key)
+	return true
+}
