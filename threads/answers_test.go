@@ -24,15 +24,17 @@ func TestAnswersFirst(t *testing.T) {
 		r.queues[q.name] = []store.Effect{effect(q.head), effect(OpReply)}
 	}
 	d := &Deliverer{}
-	d.answersFirst(r)
-	d.answersFirst(r) // again, from the ops it keeps: the same order
+	d.answersFirst(&r, 0)
+	d.answersFirst(&r, 0) // again, from the ops it keeps: the same order
 	if want := []string{"answer1", "edit", "new1", "dm", "new2", "new3"}; !slices.Equal(r.order, want) {
 		t.Errorf("order %v, want %v", r.order, want)
 	}
 }
 
 // With more threads answering than there are workers, a new thread's
-// parent is still among the threads the first workers take.
+// parent gets a worker after two answers: in the first round, where every
+// worker is free, and when the workers free up one at a time, each freed
+// worker starting the first thread of a new round (dispatch).
 func TestAnswersFirstLeavesParentsAWorker(t *testing.T) {
 	effect := effects(t)
 	r := round{queues: map[string][]store.Effect{}}
@@ -40,16 +42,50 @@ func TestAnswersFirstLeavesParentsAWorker(t *testing.T) {
 		r.order = append(r.order, name)
 		r.queues[name] = []store.Effect{effect(head)}
 	}
-	for i := range parallelQueues + 4 {
+	for i := range 3 * parallelQueues {
 		add(fmt.Sprintf("answer%d", i), OpReply)
 	}
-	add("new", OpThread)
-	(&Deliverer{}).answersFirst(r)
-	if i := slices.Index(r.order, "new"); i < 0 || i >= parallelQueues {
-		t.Errorf("the new thread is at %d of %v: the %d workers go to answers only", i, r.order, parallelQueues)
+	news := []string{"new1", "new2", "new3", "new4"} // more than the first round starts
+	for _, q := range news {
+		add(q, OpThread)
 	}
-	if len(r.order) != parallelQueues+5 {
-		t.Errorf("order %v: %d threads, want %d", r.order, len(r.order), parallelQueues+5)
+	d := &Deliverer{}
+	var run answerRun
+	d.answersFirst(&r, run)
+	if i := slices.Index(r.order, "new1"); i != answersInARow {
+		t.Fatalf("the first new thread is at %d of %v, want %d", i, r.order, answersInARow)
+	}
+	// The first round fills every worker; then one frees at a time and
+	// takes the first thread of the next round, whose order starts from
+	// the run of answers already started.
+	var starts []string
+	all := slices.Clone(r.order)
+	for _, q := range all[:parallelQueues] {
+		run.started(r.parent[q])
+		starts = append(starts, q)
+	}
+	for len(starts) < len(all) {
+		next := round{queues: r.queues}
+		for _, q := range all {
+			if !slices.Contains(starts, q) {
+				next.order = append(next.order, q)
+			}
+		}
+		d.answersFirst(&next, run)
+		run.started(next.parent[next.order[0]])
+		starts = append(starts, next.order[0])
+	}
+	for _, q := range news {
+		i := slices.Index(starts, q)
+		before := 0
+		for _, p := range starts[max(0, i-answersInARow-1):i] {
+			if !r.parent[p] {
+				before++
+			}
+		}
+		if i < 0 || before > answersInARow {
+			t.Errorf("%s started at %d of %v, after %d answers in a row: want at most %d", q, i, starts, before, answersInARow)
+		}
 	}
 }
 

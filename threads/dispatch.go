@@ -16,8 +16,9 @@ import (
 type round struct {
 	order  []string
 	queues map[string][]store.Effect
-	next   time.Time // when the earliest held-back thread is due (zero: none)
-	full   bool      // the batch was full: more may wait behind it
+	parent map[string]bool // the threads whose next effect posts their parent
+	next   time.Time       // when the earliest held-back thread is due (zero: none)
+	full   bool            // the batch was full: more may wait behind it
 }
 
 // plan reads the pending effects (up to batchSize) and groups the ready
@@ -26,7 +27,7 @@ type round struct {
 // not record), and each thread whose first effect is backed off (a retry
 // after a failure or a 429, a coalesced edit): a thread's effects go out in
 // order, so the ones behind it wait too.
-func (d *Deliverer) plan(ctx context.Context, busy map[string]bool, held map[string]time.Time) (round, error) {
+func (d *Deliverer) plan(ctx context.Context, busy map[string]bool, held map[string]time.Time, run answerRun) (round, error) {
 	var pending []store.Effect
 	if err := d.store.View(ctx, func(tx store.Tx) error {
 		var err error
@@ -63,7 +64,7 @@ func (d *Deliverer) plan(ctx context.Context, busy map[string]bool, held map[str
 		}
 		r.queues[e.Queue] = append(r.queues[e.Queue], e)
 	}
-	d.answersFirst(r)
+	d.answersFirst(&r, run)
 	return r, nil
 }
 
@@ -74,30 +75,49 @@ const answersInARow = 2
 
 // answersFirst puts the threads that exist (their next effect is a reply,
 // an edit, a direct message) before the threads still to be posted, but at
-// most answersInARow of them in a row while one still to be posted waits;
-// each group keeps the order of its oldest effect. In a burst of asks into
-// one channel an answer does not wait for every other thread's new parent,
-// and with more threads answering than there are workers a new parent
-// still gets one. (The connectors put such posts ahead in the channel's
-// line the same way.)
-func (d *Deliverer) answersFirst(r round) {
+// most answersInARow of them in a row while one still to be posted waits,
+// counting the run of them the workers have started already (run); each
+// group keeps the order of its oldest effect. In a burst of asks into one
+// channel an answer does not wait for every other thread's new parent, and
+// with more threads answering than there are workers a new parent still
+// gets the next free one after two answers. (The connectors put such posts
+// ahead in the channel's line the same way.)
+func (d *Deliverer) answersFirst(r *round, run answerRun) {
 	var answers, parents []string
+	r.parent = map[string]bool{}
 	d.mu.Lock()
 	for _, q := range r.order {
 		if op, ok := d.opLocked(r.queues[q][0]); ok && op == OpThread {
 			parents = append(parents, q)
+			r.parent[q] = true
 		} else {
 			answers = append(answers, q)
 		}
 	}
 	d.mu.Unlock()
-	order := r.order[:0] // the same backing array: the caller's r.order
+	order := r.order[:0]
+	n := max(0, answersInARow-int(run))
 	for len(answers) > 0 || len(parents) > 0 {
-		n := min(answersInARow, len(answers))
+		n = min(n, len(answers))
 		order, answers = append(order, answers[:n]...), answers[n:]
 		if len(parents) > 0 {
 			order, parents = append(order, parents[0]), parents[1:]
 		}
+		n = answersInARow
+	}
+	r.order = order
+}
+
+// answerRun counts the threads that exist the workers started in a row
+// since they last started a thread still to be posted (answersFirst).
+type answerRun int
+
+// started counts the start of a thread (parent: one still to be posted).
+func (n *answerRun) started(parent bool) {
+	if parent {
+		*n = 0
+	} else {
+		*n++
 	}
 }
 
@@ -131,11 +151,12 @@ func (d *Deliverer) dispatch(ctx context.Context) error {
 	defer cancel()
 	busy := map[string]bool{}
 	held := map[string]time.Time{}
+	var run answerRun
 	done := make(chan queueDone, parallelQueues)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for ctx.Err() == nil {
-		r, err := d.plan(ctx, busy, held)
+		r, err := d.plan(ctx, busy, held, run)
 		next := r.next
 		if err != nil {
 			if ctx.Err() != nil {
@@ -150,6 +171,7 @@ func (d *Deliverer) dispatch(ctx context.Context) error {
 				break // the rest start as workers end
 			}
 			busy[q], started = true, true
+			run.started(r.parent[q])
 			wg.Add(1)
 			go func(q string, effects []store.Effect) {
 				defer wg.Done()

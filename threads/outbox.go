@@ -148,7 +148,7 @@ func (d *Deliverer) left(ctx context.Context, why error) error {
 // ready thread's effects in order, and returns when the earliest
 // backed-off effect is due (zero: none is waiting).
 func (d *Deliverer) DeliverOnce(ctx context.Context) (time.Time, error) {
-	p, err := d.plan(ctx, nil, nil)
+	p, err := d.plan(ctx, nil, nil, 0)
 	if err != nil {
 		return time.Time{}, err
 	}
