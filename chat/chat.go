@@ -130,6 +130,28 @@ type Event struct {
 	Click *ClickAction
 }
 
+// Lane is the key under which a connector keeps ev in order with the
+// events it must follow (internal/lanes): the events of one thread (its
+// replies and the clicks on the cards in it), of one card outside a thread
+// (an approver's copy in a direct message), and one person's top-level
+// events in a channel keep their order (a "cancel" reply then a click on
+// Retry run in that order, a person's asks get their IDs in the order they
+// asked, a redelivery follows its first delivery); different people's
+// top-level events need no order between them.
+func (ev Event) Lane() string {
+	switch {
+	case ev.Thread != nil:
+		return "thread:" + ev.Channel + "/" + ev.Thread.ID
+	case ev.Click != nil:
+		return "card:" + ev.Click.BlockID
+	case ev.User != "":
+		return "user:" + ev.Channel + "/" + ev.User
+	case ev.ID != "":
+		return "event:" + ev.ID
+	}
+	return ""
+}
+
 // ClickAction is a pressed button: what it decides and the card it was on.
 type ClickAction struct {
 	BlockID  string     // as rendered: "approval:<id>:<version>"

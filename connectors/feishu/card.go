@@ -24,7 +24,7 @@ const (
 // Button values name what a click decides; the SDK needs an object value.
 // A card posted in a topic also names the topic (its root message): Feishu's
 // callback does not, and the click is to keep its order with the topic's
-// replies (orderKey).
+// replies (chat.Event.Lane).
 const (
 	valueBlock  = "block_id"
 	valueAction = "action_id"

@@ -38,7 +38,7 @@ type job struct {
 	late    func(chat.Response)
 }
 
-// call queues ev for h in its lane (orderKey) and waits for the core's
+// call queues ev for h in its lane (chat.Event.Lane) and waits for the core's
 // answer until the ack budget since arrived runs out. If it runs out, call
 // returns done=false: the core handles ev afterwards (nothing is
 // cancelled) and late gets its answer. An event that cannot be queued (no
@@ -74,34 +74,12 @@ func (c *Connector) submit(ctx context.Context, j *job) bool {
 			"event_id", j.ev.ID, "kind", string(j.ev.Kind))
 		return false
 	}
-	if !c.queue.Add(orderKey(j.ev), j) {
+	if !c.queue.Add(j.ev.Lane(), j) {
 		c.log.WarnContext(ctx, "feishu: inbound queue full; event answered with an error for Feishu to deliver it again",
 			"event_id", j.ev.ID, "kind", string(j.ev.Kind), "queue", c.opts.Queue)
 		return false
 	}
 	return true
-}
-
-// orderKey is the lane of ev (internal/lanes): the events of one topic (its
-// replies, and the clicks on the cards posted in it, whose buttons name it),
-// of one card outside a topic (an approver's copy in their chat with the
-// bot), and one person's top-level messages in a chat keep their order (a
-// "cancel" reply then a click on Retry run in that order, a person's asks
-// get their IDs in the order they asked, a redelivery follows its first
-// delivery); the others need no order between them and are handled at the
-// same time.
-func orderKey(ev chat.Event) string {
-	switch {
-	case ev.Thread != nil:
-		return "topic:" + ev.Thread.ID // message IDs are unique across chats
-	case ev.Click != nil:
-		return "card:" + ev.Click.BlockID
-	case ev.User != "":
-		return "user:" + ev.Channel + "/" + ev.User
-	case ev.ID != "":
-		return "event:" + ev.ID
-	}
-	return ""
 }
 
 // serve counts one more Run and starts its workers on the queue. The

@@ -23,7 +23,7 @@ type job struct {
 // pool hands inbound events to the core off the receiving goroutine: a
 // fixed number of workers sharing one bounded queue. Events of one thread
 // (or one card) reach the core one after the other, in the order Slack sent
-// them (orderKey); the others, top-level mentions above all (each starts its
+// them (chat.Event.Lane); the others, top-level mentions above all (each starts its
 // own thread), are handled at the same time, so their commits share the
 // store's group commit instead of each waiting for the previous fsync. A
 // delivery is acknowledged to Slack once the core has handled its events;
@@ -75,7 +75,7 @@ func (p *pool) submit(h chat.Handler, arrived time.Time, evs ...chat.Event) (*de
 		if p.working {
 			j.done = make(chan struct{})
 		}
-		if !p.queue.Add(orderKey(ev), j) {
+		if !p.queue.Add(ev.Lane(), j) {
 			p.log.Warn("inbound queue full; event left unacknowledged for Slack to redeliver",
 				"kind", string(ev.Kind), "event_id", ev.ID, "channel", ev.Channel)
 			return nil, false
@@ -126,7 +126,7 @@ func (d *delivery) wait(ctx context.Context) (ack bool) {
 // on either way. An event Slack delivers again (a mention, a reply: all but
 // clicks) keeps d unacknowledged: Slack delivers it again (Events API: with
 // X-Slack-Retry-Num; Socket Mode: with retry_attempt), the redelivery takes
-// the same lane (orderKey), so it follows this handling, and the core dedupes
+// the same lane (chat.Event.Lane), so it follows this handling, and the core dedupes
 // it by event ID. A click, which Slack never delivers again, is acknowledged
 // all the same (Slack wants its answer within 3 s) and handled afterwards:
 // a crash before the core stored it loses it.
@@ -168,27 +168,6 @@ func handled(done chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-// orderKey is the lane of ev (internal/lanes): the events of one thread
-// (its replies and the clicks on its cards), of one card outside a thread
-// (an approver's DM copy), and one person's top-level events in a channel
-// keep their order (their asks get their IDs in the order they asked, a
-// "cancel" reply then a click on Retry run in that order, a redelivery
-// follows its first delivery); different people's top-level events need
-// no order between them.
-func orderKey(ev chat.Event) string {
-	switch {
-	case ev.Thread != nil:
-		return "thread:" + ev.Channel + "/" + ev.Thread.ID
-	case ev.Click != nil:
-		return "card:" + ev.Click.BlockID
-	case ev.User != "":
-		return "user:" + ev.Channel + "/" + ev.User
-	case ev.ID != "":
-		return "event:" + ev.ID
-	}
-	return ""
 }
 
 // start runs the workers until the returned stop is called. stop refuses
