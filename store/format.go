@@ -42,12 +42,17 @@ func (e *FormatError) Error() string {
 // UnversionedFormat when none is recorded but the store holds data; 0 when
 // the store is empty (a new store, to be stamped with WriteFormat).
 func ReadFormat(tx Tx) (int, error) {
+	if _, err := tx.Get(MetaBucket, RestoringKey); err == nil {
+		return 0, ErrRestoring
+	} else if !errors.Is(err, ErrNotFound) {
+		return 0, fmt.Errorf("store: read format: %w", err)
+	}
 	v, err := tx.Get(MetaBucket, FormatKey)
 	switch {
 	case err == nil:
-		f, perr := strconv.Atoi(string(v))
-		if perr != nil || f < 1 {
-			return 0, fmt.Errorf("store: read format: %s/%s holds %q, not a format number", MetaBucket, FormatKey, v)
+		f, perr := parseFormat(v)
+		if perr != nil {
+			return 0, fmt.Errorf("store: read format: %w", perr)
 		}
 		return f, nil
 	case !errors.Is(err, ErrNotFound):
@@ -64,6 +69,18 @@ func ReadFormat(tx Tx) (int, error) {
 		}
 	}
 	return 0, nil
+}
+
+// ErrRestoring: the store holds a restore that did not finish.
+var ErrRestoring = errors.New("store: a restore into this store did not finish (it holds meta/restoring): empty the data_dir or etcd prefix and restore again")
+
+// parseFormat reads a FormatKey value.
+func parseFormat(v []byte) (int, error) {
+	f, err := strconv.Atoi(string(v))
+	if err != nil || f < 1 {
+		return 0, fmt.Errorf("%s/%s holds %q, not a format number", MetaBucket, FormatKey, v)
+	}
+	return f, nil
 }
 
 // WriteFormat records f as the store's format.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -402,4 +403,39 @@ func (t *tx) Notify(topic string) {
 	if t.writable {
 		t.topics.Add(topic)
 	}
+}
+
+// Dump implements store.Dumper: every bucket and key, in one read
+// transaction.
+func (d *DB) Dump(ctx context.Context, fn func(bucket, key string, value []byte) error) error {
+	err := d.db.View(func(btx *bbolt.Tx) error {
+		return btx.ForEach(func(name []byte, b *bbolt.Bucket) error {
+			bucket := string(name)
+			return b.ForEach(func(k, v []byte) error {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				return fn(bucket, string(k), v)
+			})
+		})
+	})
+	if errors.Is(err, store.ErrStop) {
+		return nil
+	}
+	return err
+}
+
+// Restore restores the backup r holds (store.Backup) into the bolt file at
+// path, which must not exist or hold an empty store. A file a running
+// bridge holds is refused (Open's lock).
+func Restore(ctx context.Context, path string, r io.ReadSeeker, o store.RestoreOptions) (store.BackupInfo, error) {
+	db, err := Open(path)
+	if err != nil {
+		return store.BackupInfo{}, fmt.Errorf("store: restore: %w", err)
+	}
+	info, err := store.Restore(ctx, db, r, o)
+	if cerr := db.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("store: restore: %w", cerr)
+	}
+	return info, err
 }

@@ -38,10 +38,13 @@ func Run(t *testing.T, open Opener) {
 		{"OutboxExpand", testOutboxExpand},
 		{"Dedupe", testDedupe},
 		{"Durable", testDurable},
+		{"UnfinishedRestore", testUnfinishedRestore},
+		{"Format", testFormat},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
 	}
+	t.Run("BackupRestore", func(t *testing.T) { testBackupRestore(t, open) })
 }
 
 func mustOpen(t *testing.T, open func() store.Store) store.Store {

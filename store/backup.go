@@ -1,0 +1,332 @@
+package store
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"time"
+)
+
+// Dumper is a store that can read every key of every bucket in one
+// consistent snapshot (bolt: one read transaction; etcd: a range read of the
+// prefix at one revision). Backups are made from it.
+type Dumper interface {
+	// Dump calls fn for every key, bucket by bucket in byte order, keys in
+	// byte order, all as of one instant. value is valid only during fn.
+	// fn returning ErrStop ends the dump without error.
+	Dump(ctx context.Context, fn func(bucket, key string, value []byte) error) error
+}
+
+// RestoringKey, in MetaBucket, marks a store a restore is writing: it is
+// written first and deleted with the last batch, together with FormatKey.
+// A store that holds it is refused at start (CheckOpen): a restore did not
+// finish.
+const RestoringKey = "restoring"
+
+// backupMagic names the file format of a backup (its first line).
+const backupMagic = "roombridge-backup"
+
+// backupVersion is the version of the backup file format (not the store's).
+const backupVersion = 1
+
+// BackupInfo describes a backup: what its header and trailer say.
+type BackupInfo struct {
+	// Taken is when the backup started.
+	Taken time.Time `json:"taken"`
+	// Format is the store format the backup holds (0: an empty store).
+	Format int `json:"format"`
+	// Records counts the keys, all buckets together.
+	Records int `json:"records"`
+	// Buckets counts the keys of each bucket.
+	Buckets map[string]int `json:"buckets"`
+}
+
+// The lines of a backup file: a header, one record a key, a trailer that
+// carries the count and the SHA-256 of every line before it, so that a
+// truncated or altered backup is refused before anything is restored.
+type (
+	backupHeader struct {
+		Magic   string    `json:"magic"`
+		Version int       `json:"version"`
+		Taken   time.Time `json:"taken"`
+	}
+	backupRecord struct {
+		Bucket string         `json:"b,omitempty"`
+		Key    string         `json:"k,omitempty"`
+		Value  []byte         `json:"v,omitempty"`
+		End    *backupTrailer `json:"end,omitempty"`
+	}
+	backupTrailer struct {
+		Format  int            `json:"format"`
+		Records int            `json:"records"`
+		Buckets map[string]int `json:"buckets"`
+		SHA256  string         `json:"sha256"`
+	}
+)
+
+// Backup writes a consistent snapshot of st (which must be a Dumper) to w:
+// JSON lines, a header, one line a key, a trailer with the count and a
+// checksum. The bridge may go on writing while it runs: the snapshot is of
+// one instant. A store that a restore left unfinished is refused.
+func Backup(ctx context.Context, st Store, now time.Time, w io.Writer) (BackupInfo, error) {
+	d, ok := st.(Dumper)
+	if !ok {
+		return BackupInfo{}, fmt.Errorf("store: backup: %T cannot take a snapshot", st)
+	}
+	sum := sha256.New()
+	bw := bufio.NewWriterSize(io.MultiWriter(w, sum), 1<<16)
+	enc := json.NewEncoder(bw)
+	info := BackupInfo{Taken: now.UTC(), Format: 0, Buckets: map[string]int{}}
+	if err := enc.Encode(backupHeader{Magic: backupMagic, Version: backupVersion, Taken: info.Taken}); err != nil {
+		return info, fmt.Errorf("store: backup: %w", err)
+	}
+	sawData := false
+	err := d.Dump(ctx, func(bucket, key string, value []byte) error {
+		if bucket == MetaBucket && key == RestoringKey {
+			return errors.New("the store holds an unfinished restore")
+		}
+		if bucket == MetaBucket && key == FormatKey {
+			f, err := parseFormat(value)
+			if err != nil {
+				return err
+			}
+			info.Format = f
+		} else {
+			sawData = true
+		}
+		info.Records++
+		info.Buckets[bucket]++
+		return enc.Encode(backupRecord{Bucket: bucket, Key: key, Value: value})
+	})
+	if err != nil {
+		return info, fmt.Errorf("store: backup: %w", err)
+	}
+	if info.Format == 0 && sawData {
+		info.Format = UnversionedFormat
+	}
+	if err := bw.Flush(); err != nil {
+		return info, fmt.Errorf("store: backup: %w", err)
+	}
+	end := backupTrailer{Format: info.Format, Records: info.Records, Buckets: info.Buckets, SHA256: hex.EncodeToString(sum.Sum(nil))}
+	if err := json.NewEncoder(w).Encode(backupRecord{End: &end}); err != nil {
+		return info, fmt.Errorf("store: backup: %w", err)
+	}
+	return info, nil
+}
+
+// RestoreOptions configure Restore.
+type RestoreOptions struct {
+	// BatchKeys bounds the keys one Update writes (default 4,096; a store
+	// with a MaxWrites method, etcd, is kept within it).
+	BatchKeys int
+	// Progress, if set, is called after each batch with the keys written.
+	Progress func(done, total int)
+}
+
+// ReadBackup checks a backup from r (whole: header, every line, the
+// trailer's count and checksum) and returns what it holds. Nothing is
+// written.
+func ReadBackup(r io.Reader) (BackupInfo, error) {
+	return readBackup(r, nil)
+}
+
+// Restore writes the backup r holds into st, which must be empty. The backup
+// is checked whole first (ReadBackup), so a truncated or altered file writes
+// nothing. The restore marks the store (MetaBucket/RestoringKey) in its first
+// batch and clears the mark in its last, with the backup's format: a restore
+// cut off halfway leaves a store that is refused at start, never one that
+// looks whole.
+func Restore(ctx context.Context, st Store, r io.ReadSeeker, o RestoreOptions) (BackupInfo, error) {
+	info, err := ReadBackup(r)
+	if err != nil {
+		return info, err
+	}
+	if err := mustBeEmpty(ctx, st); err != nil {
+		return info, err
+	}
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
+		return info, fmt.Errorf("store: restore: %w", err)
+	}
+	batch := o.BatchKeys
+	if batch <= 0 {
+		batch = 4096
+	}
+	if m, ok := st.(interface{ MaxWrites() int }); ok && batch > m.MaxWrites()-2 {
+		batch = m.MaxWrites() - 2
+	}
+	w := &restoreWriter{ctx: ctx, st: st, max: batch, total: info.Records, progress: o.Progress}
+	if _, err := readBackup(r, w.add); err != nil {
+		return info, err
+	}
+	if err := w.finish(info.Format); err != nil {
+		return info, err
+	}
+	return info, nil
+}
+
+// mustBeEmpty refuses a store that holds any key.
+func mustBeEmpty(ctx context.Context, st Store) error {
+	d, ok := st.(Dumper)
+	if !ok {
+		return fmt.Errorf("store: restore: %T cannot be checked for emptiness", st)
+	}
+	var first string
+	err := d.Dump(ctx, func(bucket, key string, _ []byte) error {
+		first = bucket + "/" + key
+		return ErrStop
+	})
+	if err != nil {
+		return fmt.Errorf("store: restore: %w", err)
+	}
+	if first != "" {
+		return fmt.Errorf("store: restore: the target store is not empty (it holds %s): restore into an empty data_dir or etcd prefix", first)
+	}
+	return nil
+}
+
+// readBackup reads a backup line by line, calling add (if set) for each key,
+// and checks the trailer.
+func readBackup(r io.Reader, add func(bucket, key string, value []byte) error) (BackupInfo, error) {
+	fail := func(format string, args ...any) (BackupInfo, error) {
+		return BackupInfo{}, fmt.Errorf("store: backup file: "+format, args...)
+	}
+	sum := sha256.New()
+	br := bufio.NewReaderSize(r, 1<<16)
+	line, err := nextLine(br, sum)
+	if err != nil {
+		return fail("reading the header: %v", err)
+	}
+	var h backupHeader
+	if err := json.Unmarshal(line, &h); err != nil || h.Magic != backupMagic {
+		return fail("not a roombridge backup (its first line is no %s header)", backupMagic)
+	}
+	if h.Version != backupVersion {
+		return fail("version %d, this binary reads version %d", h.Version, backupVersion)
+	}
+	count := map[string]int{}
+	for n := 1; ; n++ {
+		line, err := nextLine(br, nil)
+		if err != nil {
+			return fail("line %d: %v (the file is truncated: no trailer)", n+1, err)
+		}
+		var rec backupRecord
+		if err := json.Unmarshal(line, &rec); err != nil {
+			return fail("line %d: %v", n+1, err)
+		}
+		if rec.End != nil {
+			return checkTrailer(h, rec.End, count, n-1, sum, br)
+		}
+		sum.Write(line)
+		if rec.Bucket == "" || rec.Key == "" {
+			return fail("line %d: a record without bucket or key", n+1)
+		}
+		count[rec.Bucket]++
+		if add != nil {
+			if err := add(rec.Bucket, rec.Key, rec.Value); err != nil {
+				return BackupInfo{}, err
+			}
+		}
+	}
+}
+
+// nextLine reads one line (with its newline), adding it to sum if set.
+func nextLine(br *bufio.Reader, sum hash.Hash) ([]byte, error) {
+	line, err := br.ReadBytes('\n')
+	if err == io.EOF && len(line) == 0 {
+		return nil, io.ErrUnexpectedEOF
+	}
+	if err != nil && err != io.EOF {
+		return nil, err
+	}
+	if sum != nil {
+		sum.Write(line)
+	}
+	return line, nil
+}
+
+// checkTrailer compares the trailer with what was read.
+func checkTrailer(h backupHeader, end *backupTrailer, count map[string]int, records int, sum hash.Hash, br *bufio.Reader) (BackupInfo, error) {
+	if got := hex.EncodeToString(sum.Sum(nil)); got != end.SHA256 {
+		return BackupInfo{}, fmt.Errorf("store: backup file: checksum mismatch (the file was altered or is damaged)")
+	}
+	if records != end.Records {
+		return BackupInfo{}, fmt.Errorf("store: backup file: %d records, the trailer says %d", records, end.Records)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		return BackupInfo{}, fmt.Errorf("store: backup file: data after the trailer")
+	}
+	return BackupInfo{Taken: h.Taken, Format: end.Format, Records: records, Buckets: count}, nil
+}
+
+// restoreWriter writes a backup's keys in batches.
+type restoreWriter struct {
+	ctx      context.Context
+	st       Store
+	max      int
+	pending  []backupRecord
+	done     int
+	total    int
+	started  bool
+	progress func(done, total int)
+}
+
+func (w *restoreWriter) add(bucket, key string, value []byte) error {
+	if bucket == MetaBucket && key == FormatKey {
+		return nil // written last (finish)
+	}
+	w.pending = append(w.pending, backupRecord{Bucket: bucket, Key: key, Value: value})
+	if len(w.pending) >= w.max {
+		return w.flush(nil)
+	}
+	return nil
+}
+
+// flush writes the pending keys; the first batch also marks the store as
+// being restored; last (if set) runs in the same transaction.
+func (w *restoreWriter) flush(last func(Tx) error) error {
+	recs := w.pending
+	err := w.st.Update(w.ctx, func(tx Tx) error {
+		if !w.started {
+			if err := tx.Put(MetaBucket, RestoringKey, []byte("1")); err != nil {
+				return err
+			}
+		}
+		for _, r := range recs {
+			if err := tx.Put(r.Bucket, r.Key, r.Value); err != nil {
+				return err
+			}
+		}
+		if last != nil {
+			return last(tx)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: restore: writing keys %d-%d of %d: %w", w.done+1, w.done+len(recs), w.total, err)
+	}
+	w.started = true
+	w.done += len(recs)
+	w.pending = w.pending[:0]
+	if w.progress != nil {
+		w.progress(w.done, w.total)
+	}
+	return nil
+}
+
+// finish writes the last batch with the format and clears the mark.
+func (w *restoreWriter) finish(format int) error {
+	return w.flush(func(tx Tx) error {
+		if format > 0 {
+			if err := WriteFormat(tx, format); err != nil {
+				return err
+			}
+		}
+		return tx.Delete(MetaBucket, RestoringKey)
+	})
+}
