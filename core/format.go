@@ -14,7 +14,7 @@ import (
 var maxFormat string
 
 // steps are the store's migrations, in order: steps[i] produces format i+2.
-var steps []migrate.Step
+var steps = []migrate.Step{migrate.LeanDedupe}
 
 // Migrations returns the steps this binary knows, up to KnownFormat.
 func Migrations() []migrate.Step {

@@ -91,22 +91,23 @@ func retention(ctx context.Context, s store.Store, clk clock.Clock, auditFor tim
 	}
 }
 
-// purgeDedupe deletes the dedupe keys expired by now, purgeBatch per
-// transaction.
+// purgeDedupe deletes the dedupe keys expired by now, reading them in
+// order, a transaction for each purgeBatch deleted (store.PurgeDedupe).
 func purgeDedupe(ctx context.Context, s store.Store, now time.Time) (int, error) {
-	total := 0
+	total, after := 0, ""
 	for {
 		var n int
+		var next string
 		err := s.Update(ctx, func(tx store.Tx) error {
 			var err error
-			n, err = store.PurgeDedupe(tx, now, purgeBatch)
+			n, next, err = store.PurgeDedupe(tx, now, after, purgeBatch)
 			return err
 		})
 		if err != nil {
 			return total, err
 		}
-		total += n
-		if n < purgeBatch {
+		total, after = total+n, next
+		if next == "" {
 			return total, nil
 		}
 	}

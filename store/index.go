@@ -477,6 +477,10 @@ func AckEffect(tx Tx, e Effect) error {
 	return tx.Delete(bucketOutbox, outboxKey(e.Seq))
 }
 
+// timerDedupe is the expiry index's kind of dedupe keys in format 1: each
+// Remember also wrote a timer. From format 2 a dedupe key's value alone
+// carries its expiry, and PurgeDedupe scans the keys themselves
+// (DropDedupeTimers clears the old timers).
 const timerDedupe = "dedupe"
 
 // BucketDedupe is the bucket of Dedupe's and Remember's keys (inbound event
@@ -503,47 +507,86 @@ func Recall(tx Tx, key string, now time.Time) ([]byte, bool, error) {
 		return nil, false, nil
 	case err != nil:
 		return nil, false, err
-	case len(b) >= 8 && now.UnixMilli() < int64(binary.BigEndian.Uint64(b)):
+	case dedupeLive(b, now):
 		return b[8:], true, nil
 	}
 	return nil, false, nil
 }
 
-// Remember records key, with value, as seen until now+ttl (a dedupe key:
-// PurgeDedupe deletes it once expired).
-func Remember(tx Tx, key string, value []byte, now time.Time, ttl time.Duration) error {
-	b, err := tx.Get(bucketDedupe, key)
-	switch {
-	case err == nil && len(b) >= 8:
-		if err := RemoveTimer(tx, timerDedupe, time.UnixMilli(int64(binary.BigEndian.Uint64(b))), key); err != nil {
-			return err
-		}
-	case err != nil && !errors.Is(err, ErrNotFound):
-		return err
-	}
-	exp := now.Add(ttl)
-	v := make([]byte, 8, 8+len(value))
-	binary.BigEndian.PutUint64(v, uint64(exp.UnixMilli()))
-	if err := tx.Put(bucketDedupe, key, append(v, value...)); err != nil {
-		return err
-	}
-	return AddTimer(tx, timerDedupe, exp, key)
+// dedupeLive tells whether a dedupe key's value (its expiry, 8 bytes of
+// Unix ms, then the remembered value) is live at now.
+func dedupeLive(b []byte, now time.Time) bool {
+	return len(b) >= 8 && now.UnixMilli() < int64(binary.BigEndian.Uint64(b))
 }
 
-// PurgeDedupe deletes up to limit dedupe keys that expired by now, through
-// the expiry index, and returns how many it deleted.
-func PurgeDedupe(tx Tx, now time.Time, limit int) (int, error) {
-	due, err := DueTimers(tx, timerDedupe, now, limit)
+// Remember records key, with value, as seen until now+ttl (a dedupe key:
+// PurgeDedupe deletes it once expired). One write: the value carries the
+// expiry.
+func Remember(tx Tx, key string, value []byte, now time.Time, ttl time.Duration) error {
+	v := make([]byte, 8, 8+len(value))
+	binary.BigEndian.PutUint64(v, uint64(now.Add(ttl).UnixMilli()))
+	return tx.Put(bucketDedupe, key, append(v, value...))
+}
+
+// PurgeDedupe deletes dedupe keys expired by now, reading the keys after
+// after in order: it stops once it deleted limit keys or read
+// purgeReadFactor times limit (0: no limit), and returns how many it deleted
+// and the last key it read ("" once it read to the end). A purge of the whole
+// bucket calls it again from that key, a transaction each.
+func PurgeDedupe(tx Tx, now time.Time, after string, limit int) (deleted int, next string, err error) {
+	from := ""
+	if after != "" {
+		from = after + "\x00"
+	}
+	read, last, done := 0, "", true
+	var expired []string
+	err = tx.Scan(bucketDedupe, from, "", func(k string, v []byte) error {
+		if limit > 0 && (len(expired) >= limit || read >= purgeReadFactor*limit) {
+			done = false
+			return ErrStop
+		}
+		read, last = read+1, k
+		if !dedupeLive(v, now) {
+			expired = append(expired, k)
+		}
+		return nil
+	})
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
-	for _, t := range due {
-		if err := tx.Delete(bucketDedupe, t.ID); err != nil {
-			return 0, err
-		}
-		if err := RemoveTimer(tx, timerDedupe, t.Due, t.ID); err != nil {
-			return 0, err
+	for _, k := range expired {
+		if err := tx.Delete(bucketDedupe, k); err != nil {
+			return 0, "", err
 		}
 	}
-	return len(due), nil
+	if done {
+		last = ""
+	}
+	return len(expired), last, nil
+}
+
+// purgeReadFactor bounds the keys one PurgeDedupe reads, as a multiple of
+// the keys it may delete.
+const purgeReadFactor = 20
+
+// DropDedupeTimers deletes up to limit of format 1's dedupe timers (0: all)
+// and returns how many it deleted; dry, it deletes nothing and counts them.
+func DropDedupeTimers(tx Tx, limit int, dry bool) (int, error) {
+	var keys []string
+	err := tx.Scan(bucketTimers, timerDedupe+"/", PrefixEnd(timerDedupe+"/"), func(k string, _ []byte) error {
+		keys = append(keys, k)
+		if limit > 0 && len(keys) >= limit {
+			return ErrStop
+		}
+		return nil
+	})
+	if err != nil || dry {
+		return len(keys), err
+	}
+	for _, k := range keys {
+		if err := tx.Delete(bucketTimers, k); err != nil {
+			return 0, err
+		}
+	}
+	return len(keys), nil
 }

@@ -43,6 +43,11 @@
 //	               commit of the transaction that applied a runner's report
 //	               (its mark stored with it), before the bridge
 //	               acknowledges it to the runner.
+//	migrate_batch  (AtCommit) store/migrate: at the commit of each batch
+//	               of a migration step, before the next.
+//	migrate_done   (AtCommit) store/migrate, finish: at the commit of the
+//	               transaction that moves the store's format and audits
+//	               the step, before the bridge goes on.
 package failpoint
 
 import (
@@ -66,6 +71,10 @@ const (
 	// leader, and applied (committed), both not yet acknowledged.
 	FrameReceived = "runner_frame_received"
 	FrameApplied  = "runner_frame_applied"
+	// MigrateBatch and MigrateDone are a migration step's batch, and its
+	// end, committed.
+	MigrateBatch = "migrate_batch"
+	MigrateDone  = "migrate_done"
 )
 
 // point is an armed failpoint: it fires at hit number at.

@@ -462,7 +462,10 @@ func testDedupe(t *testing.T, open func() store.Store) {
 	check("slack:Ev2", now, true)
 	check("slack:Ev1", now.Add(time.Hour+time.Second), true)
 	update(t, s, func(tx store.Tx) error {
-		n, err := store.PurgeDedupe(tx, now.Add(90*time.Minute), 0)
+		n, next, err := store.PurgeDedupe(tx, now.Add(90*time.Minute), "", 0)
+		if next != "" {
+			t.Errorf("PurgeDedupe without a limit stopped at %q", next)
+		}
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,62 @@
+package migrate
+
+import (
+	"context"
+
+	"github.com/roombridge/roombridge/internal/failpoint"
+	"github.com/roombridge/roombridge/store"
+)
+
+// LeanDedupe (format 2) folds a dedupe key's expiry timer into the key: the
+// value already carries the expiry, so a new event's dedupe key is one
+// write instead of two, and the hourly purge reads the keys themselves
+// (store.PurgeDedupe). The step deletes format 1's dedupe timers from the
+// expiry index. A new binary's writes while it runs add none: it tolerates
+// them.
+var LeanDedupe = Step{To: 2, Name: "lean-dedupe", Run: runLeanDedupe}
+
+// stepBatch bounds the keys one transaction of a step writes (an etcd
+// store's MaxWrites lowers it).
+const stepBatch = 1000
+
+// batchFor is stepBatch, within st's limit on one Update's writes.
+func batchFor(st store.Store) int {
+	if m, ok := st.(interface{ MaxWrites() int }); ok && m.MaxWrites() < stepBatch {
+		return m.MaxWrites()
+	}
+	return stepBatch
+}
+
+func runLeanDedupe(ctx context.Context, st store.Store, dry bool, progress func(int)) (Counts, error) {
+	if dry {
+		var n int
+		err := st.View(ctx, func(tx store.Tx) error {
+			var err error
+			n, err = store.DropDedupeTimers(tx, 0, true)
+			return err
+		})
+		return Counts{"dedupe_timers": n}, err
+	}
+	batch, total := batchFor(st), 0
+	for {
+		var n int
+		err := st.Update(ctx, func(tx store.Tx) error {
+			var err error
+			n, err = store.DropDedupeTimers(tx, batch, false)
+			if n > 0 {
+				failpoint.AtCommit(tx, failpoint.MigrateBatch)
+			}
+			return err
+		})
+		if err != nil {
+			return Counts{"dedupe_timers": total}, err
+		}
+		total += n
+		if progress != nil {
+			progress(total)
+		}
+		if n < batch {
+			return Counts{"dedupe_timers": total}, nil
+		}
+	}
+}
