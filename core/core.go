@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/roombridge/roombridge/agents"
@@ -75,6 +76,8 @@ type Options struct {
 	// NoRuntimeMetrics leaves the Go runtime and process collectors out of
 	// the metrics (tests that scrape exact series).
 	NoRuntimeMetrics bool
+	// Instance is this instance as /readyz shows it (default Self("")).
+	Instance Instance
 	// RunnerWatch, if set, is how often the runners' watchdog looks for
 	// silent runners (default: half the heartbeat); tests with a fake
 	// clock make it short.
@@ -117,6 +120,9 @@ type Bridge struct {
 	stop     *stopping
 	intake   []job
 	surfaces []string
+	// storeFormat is the store's format as of this instance's last term
+	// start (0: not led yet).
+	storeFormat atomic.Int64
 }
 
 // webhooks is a connector that receives platform callbacks over the API's
@@ -345,7 +351,8 @@ func (b *Bridge) http() {
 		ready = l.Leading
 	}
 	b.api = httpapi.New(httpapi.Options{Service: b.svc, Router: b.router, Token: b.opts.APIToken, Log: b.log,
-		Ready: ready, Tasks: b.del, Registry: b.met.Registry(), WriteTimeout: b.ServerOptions().WriteTimeout})
+		Ready: ready, Detail: b.readyDetail, Tasks: b.del, Registry: b.met.Registry(), WriteTimeout: b.ServerOptions().WriteTimeout})
+	b.api.Handle("GET /v1/store/backup", httpapi.Stream(http.HandlerFunc(b.serveBackup), b.ServerOptions().WriteTimeout).ServeHTTP)
 	b.api.MountStream("/mcp", b.tools)
 	b.api.Mount(runners.Pattern, httpapi.LongLived(b.runners.Handler()))
 	for pattern, h := range b.runners.API(b.opts.APIToken) {
@@ -418,7 +425,12 @@ func (b *Bridge) AgentCount() int { return len(b.opts.Config.Agents) }
 // single node, at once. In a graceful stop (Stop) the work drains and Run
 // returns once ctx ends. An error is a critical failure of leader work.
 func (b *Bridge) Run(ctx context.Context) error {
-	lead := b.met.Leading(func(ctx context.Context) error { return b.stop.lead(ctx, b.work()) })
+	lead := b.met.Leading(func(ctx context.Context) error {
+		if ok, err := b.migrateStore(ctx); !ok {
+			return err
+		}
+		return b.stop.lead(ctx, b.work())
+	})
 	if l := b.opts.Leadership; l != nil {
 		return l.Lead(ctx, lead)
 	}

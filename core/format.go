@@ -1,6 +1,11 @@
 package core
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"runtime/debug"
 	"strconv"
 
 	"github.com/roombridge/roombridge/store"
@@ -39,4 +44,126 @@ func KnownFormat() int {
 		known = n
 	}
 	return known
+}
+
+// Version is this binary's version: its VCS revision (with "+dirty" for a
+// build from changed sources), or the module's version, or "devel".
+func Version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
+	}
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	switch {
+	case rev != "" && dirty:
+		return shortRev(rev) + "+dirty"
+	case rev != "":
+		return shortRev(rev)
+	case bi.Main.Version != "" && bi.Main.Version != "(devel)":
+		return bi.Main.Version
+	}
+	return "devel"
+}
+
+func shortRev(r string) string { return r[:min(len(r), 12)] }
+
+// Instance is what a bridge instance says of itself: in the HA election's
+// leader key and in /readyz.
+type Instance struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	// Format is the newest store format the binary knows.
+	Format int `json:"format"`
+}
+
+// Self is this instance, named name.
+func Self(name string) Instance {
+	return Instance{Name: name, Version: Version(), Format: KnownFormat()}
+}
+
+// JSON is i as the election's value.
+func (i Instance) JSON() string {
+	b, _ := json.Marshal(i)
+	return string(b)
+}
+
+// migrateStore brings the store to this binary's format, first thing in a
+// term (store/migrate): a new store is stamped, an older one migrated under
+// the term's fence. A store newer than this binary is not led: single
+// node, that is fatal (the start refused it already); in HA the term ends
+// and the election does not campaign again while it holds
+// (election.Options.Eligible).
+func (b *Bridge) migrateStore(ctx context.Context) (lead bool, err error) {
+	res, err := migrate.Run(ctx, b.opts.Store, migrate.Options{Known: KnownFormat(), Steps: Migrations(),
+		Now: b.opts.Clock.Now, Log: b.log})
+	var fe *store.FormatError
+	if errors.As(err, &fe) && b.opts.Leadership != nil {
+		b.log.Error("not leading: the store's format is newer than this binary's; stop this instance (the new binary leads)",
+			"store_format", fe.Store, "binary_format", fe.Known, "error", err)
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	b.storeFormat.Store(int64(res.To))
+	return true, nil
+}
+
+// leaderInfo is a Leadership that can tell who leads and why this instance
+// does not campaign (election.Leadership).
+type leaderInfo interface {
+	Leader(ctx context.Context) (string, error)
+	Ineligible() string
+}
+
+// readyDetail is /readyz's detail: this instance, the store's format as of
+// its last term, and in HA the leader (its election value) and why this
+// instance does not campaign, if it does not.
+func (b *Bridge) readyDetail(ctx context.Context) any {
+	self := b.opts.Instance
+	if self.Version == "" {
+		self = Self(self.Name)
+	}
+	d := map[string]any{"instance": self}
+	if f := b.storeFormat.Load(); f > 0 {
+		d["store_format"] = f
+	}
+	if li, ok := b.opts.Leadership.(leaderInfo); ok {
+		if v, err := li.Leader(ctx); err != nil {
+			d["leader_error"] = err.Error()
+		} else if v != "" {
+			var leader any = v
+			var in Instance
+			if json.Unmarshal([]byte(v), &in) == nil {
+				leader = in
+			}
+			d["leader"] = leader
+		}
+		if why := li.Ineligible(); why != "" {
+			d["not_campaigning"] = why
+		}
+	}
+	return d
+}
+
+// serveBackup streams a consistent snapshot of the store (store.Backup):
+// `bridge store backup` asks for it while this bridge holds the bolt file.
+// A failure after the first byte leaves the backup without its trailer,
+// which the CLI refuses.
+func (b *Bridge) serveBackup(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	info, err := store.Backup(r.Context(), b.opts.Store, b.opts.Clock.Now(), w)
+	if err != nil {
+		b.log.ErrorContext(r.Context(), "store backup failed", "error", err)
+		return
+	}
+	b.log.InfoContext(r.Context(), "store backup taken", "records", info.Records, "format", info.Format)
 }

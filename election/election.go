@@ -50,9 +50,21 @@ type Options struct {
 	// Name identifies this instance in the election (the leader key's value)
 	// and in logs.
 	Name string
+	// Value is the leader key's value while this instance leads (default
+	// Name): the bridge puts its binary's version and store format there,
+	// for /readyz and `bridge status`.
+	Value string
+	// Eligible, if set, is asked before each campaign: while it returns an
+	// error, this instance does not campaign (it says why in the log, once
+	// per reason, and asks again every eligibleEvery). A bridge binary older
+	// than its store's format is not eligible.
+	Eligible func(ctx context.Context) error
 	// Log receives term starts and ends. Default: discard.
 	Log *slog.Logger
 }
+
+// eligibleEvery is how often an instance that is not eligible asks again.
+const eligibleEvery = 2 * time.Second
 
 // Leadership campaigns for leadership and runs the leader's work while this
 // instance leads. It implements store/etcd.Fence.
@@ -69,6 +81,8 @@ type Leadership struct {
 	// unreachable, or the lease expired), and no other leader is known
 	// since: whether this instance still leads cannot be told (Unsure).
 	unsure bool
+	// ineligible is why Options.Eligible last refused ("": it did not).
+	ineligible string
 }
 
 // New returns a Leadership; Run starts campaigning.
@@ -84,6 +98,9 @@ func New(o Options) (*Leadership, error) {
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Value == "" {
+		o.Value = o.Name
 	}
 	return &Leadership{o: o}, nil
 }
@@ -143,6 +160,9 @@ func (l *Leadership) stop(key string, rev int64, cause string, unsure bool) {
 // ctx ends.
 func (l *Leadership) Run(ctx context.Context, lead func(context.Context) error) error {
 	for ctx.Err() == nil {
+		if !l.eligible(ctx) {
+			continue
+		}
 		sess, err := l.session(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -224,7 +244,7 @@ func (l *Leadership) campaign(ctx context.Context, sess *concurrency.Session, e 
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
 	done := make(chan error, 1)
-	go func() { done <- e.Campaign(cctx, l.o.Name) }()
+	go func() { done <- e.Campaign(cctx, l.o.Value) }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -312,6 +332,54 @@ func (l *Leadership) release(sess *concurrency.Session, e *concurrency.Election)
 	}
 	sess.Orphan()
 	_, _ = l.o.Client.Revoke(ctx, sess.Lease())
+}
+
+// eligible asks Options.Eligible; when it refuses, it logs why (once per
+// reason), waits eligibleEvery and returns false.
+func (l *Leadership) eligible(ctx context.Context) bool {
+	if l.o.Eligible == nil {
+		return true
+	}
+	err := l.o.Eligible(ctx)
+	l.mu.Lock()
+	why := ""
+	if err != nil {
+		why = err.Error()
+	}
+	changed := why != l.ineligible
+	l.ineligible = why
+	l.mu.Unlock()
+	if err == nil {
+		if changed {
+			l.o.Log.Info("election: eligible to lead again; campaigning")
+		}
+		return true
+	}
+	if changed && ctx.Err() == nil {
+		l.o.Log.Error("election: not campaigning: this instance may not lead", "reason", why)
+	}
+	sleep(ctx, eligibleEvery)
+	return false
+}
+
+// Ineligible is why this instance does not campaign ("": it does).
+func (l *Leadership) Ineligible() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ineligible
+}
+
+// Leader returns the value of the leader key (Options.Value of the
+// instance that leads), "" when none leads.
+func (l *Leadership) Leader(ctx context.Context) (string, error) {
+	resp, err := l.o.Client.Get(ctx, l.o.Prefix+"/", clientv3.WithFirstCreate()...)
+	if err != nil {
+		return "", fmt.Errorf("election: leader: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return "", nil
+	}
+	return string(resp.Kvs[0].Value), nil
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -71,7 +71,10 @@ type Options struct {
 	// Token is the bearer token /v1 requires.
 	Token string
 	// Ready reports readiness for /readyz (nil: always ready).
-	Ready    func() bool
+	Ready func() bool
+	// Detail, if set, is added to /readyz's answer as "detail": this
+	// instance (version, store format) and, in HA, the leader.
+	Detail   func(ctx context.Context) any
 	Log      *slog.Logger
 	Registry *prometheus.Registry
 	// Tasks, if set, adds background tasks to a room's tasks and serves
@@ -89,12 +92,15 @@ func New(o Options) *Server {
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		status, body := http.StatusOK, map[string]any{"status": "ready"}
 		if s.ready != nil && !s.ready() {
-			writeError(w, http.StatusServiceUnavailable, "not ready: this instance is not the leader")
-			return
+			status, body = http.StatusServiceUnavailable, map[string]any{"error": "not ready: this instance is not the leader"}
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		if o.Detail != nil {
+			body["detail"] = o.Detail(r.Context())
+		}
+		writeJSON(w, status, body)
 	})
 	reg := o.Registry
 	if reg == nil {

@@ -46,6 +46,9 @@ func usageText() string {
                                       the format defaults to -o's extension (.csv, .jsonl), else jsonl
   runner [--config FILE]              host agents on this machine, connected out to the bridge (docs/runners.md)
   runners add NAME | list | revoke NAME   register a runner (prints its token once), list them, revoke one
+  store backup FILE                   a consistent snapshot of the store (through the daemon while it runs)
+  store restore FILE                  restore a backup into an empty data_dir or etcd prefix (no bridge running)
+  store migrate [--dry-run]           bring a stopped single node's store to this binary's format; --dry-run says what would change
 
 Commands that talk to a running daemon take --api URL and --config FILE.`, "PROG", progName())
 }
@@ -110,6 +113,8 @@ func run(ctx context.Context, args []string) error {
 		return runnerCmd(ctx, rest)
 	case "runners":
 		return runnersCmd(ctx, rest, os.Stdout)
+	case "store":
+		return storeCmd(ctx, rest, os.Stdout)
 	case "help", "-h", "--help":
 		fmt.Println(usageText())
 		return nil

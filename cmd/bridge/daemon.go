@@ -105,11 +105,11 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	b, err := core.New(work, core.Options{Config: cfg, Store: be.store, Log: log, Connectors: conns,
-		APIToken: token, APIAddr: addr, Leadership: be.leadership, AuditRetention: be.auditFor})
+		APIToken: token, APIAddr: addr, Leadership: be.leadership, AuditRetention: be.auditFor, Instance: core.Self(be.name)})
 	if err != nil {
 		return err
 	}
-	log.Info("bridge started", "api", b.URL(), "data_dir", cfg.DataDir, "store", be.desc,
+	log.Info("bridge started", "api", b.URL(), "data_dir", cfg.DataDir, "store", be.desc, "version", core.Version(), "format", core.KnownFormat(),
 		"agents", b.AgentCount(), "surfaces", strings.Join(b.Surfaces(), ","))
 	if w := b.Web(); w != nil {
 		log.Info("web room", "url", w.URL())

@@ -14,6 +14,7 @@ import (
 	"github.com/roombridge/roombridge/store"
 	"github.com/roombridge/roombridge/store/bolt"
 	"github.com/roombridge/roombridge/store/etcd"
+	"github.com/roombridge/roombridge/store/migrate"
 )
 
 // backend is where a bridge keeps its state and how it decides to do the
@@ -26,6 +27,8 @@ type backend struct {
 	auditFor time.Duration
 	close    func()
 	desc     string
+	// name is this instance's name in the election ("": single node).
+	name string
 }
 
 // openBackend opens the store of cfg. Single node: bolt in data_dir, whose
@@ -37,6 +40,12 @@ func openBackend(cfg *config.Config, log *slog.Logger) (*backend, error) {
 		if err != nil {
 			return nil, err
 		}
+		// A store newer than this binary is refused before anything
+		// serves it; an older one is migrated when the work starts.
+		if _, err := migrate.Check(context.Background(), db, core.KnownFormat()); err != nil {
+			_ = db.Close()
+			return nil, err
+		}
 		return &backend{store: db, close: func() { _ = db.Close() }, desc: "bolt " + db.Path()}, nil
 	}
 	cli, err := etcd.NewClient(cfg.HA.Etcd, etcd.ClientOptions{KeepAlive: cfg.HA.KeepAlive, Log: log})
@@ -44,15 +53,22 @@ func openBackend(cfg *config.Config, log *slog.Logger) (*backend, error) {
 		return nil, fmt.Errorf("ha.etcd: %w", err)
 	}
 	host, _ := os.Hostname()
+	name := fmt.Sprintf("%s/%d", host, os.Getpid())
+	var st *etcd.Store
 	l, err := election.New(election.Options{
 		Client: cli, Prefix: cfg.HA.Prefix + "/leader", TTL: cfg.HA.LeaseTTL,
-		Name: fmt.Sprintf("%s/%d", host, os.Getpid()), Log: log,
+		Name: name, Value: core.Self(name).JSON(), Log: log,
+		// A binary older than the store's format never leads it.
+		Eligible: func(ctx context.Context) error {
+			_, err := migrate.Check(ctx, st, core.KnownFormat())
+			return err
+		},
 	})
 	if err != nil {
 		_ = cli.Close()
 		return nil, err
 	}
-	st, err := etcd.New(cli, etcd.Options{Prefix: cfg.HA.Prefix + "/store", Fence: l, Log: log})
+	st, err = etcd.New(cli, etcd.Options{Prefix: cfg.HA.Prefix + "/store", Fence: l, Log: log})
 	if err != nil {
 		_ = cli.Close()
 		return nil, err
@@ -66,6 +82,7 @@ func openBackend(cfg *config.Config, log *slog.Logger) (*backend, error) {
 			_ = cli.Close()
 		},
 		desc: fmt.Sprintf("etcd %v prefix %s", cfg.HA.Etcd, cfg.HA.Prefix),
+		name: name,
 	}, nil
 }
 

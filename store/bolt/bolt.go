@@ -38,6 +38,16 @@ type DB struct {
 
 var _ store.Store = (*DB)(nil)
 
+// inUseError: another process holds the bolt file.
+type inUseError struct{ path string }
+
+func (e inUseError) Error() string {
+	return fmt.Sprintf("store: bolt: %s is in use by another process (is another bridge running on this data_dir?)", e.path)
+}
+
+// InUse tells whether err is Open's "in use by another process".
+func InUse(err error) bool { return errors.As(err, new(inUseError)) }
+
 // Open opens (creating if needed) the bolt file at path. A second process
 // opening the same file fails at once with a clear error.
 func Open(path string) (*DB, error) {
@@ -51,7 +61,7 @@ func Open(path string) (*DB, error) {
 		FreelistType: bbolt.FreelistMapType,
 	})
 	if errors.Is(err, bboltErrors.ErrTimeout) {
-		return nil, fmt.Errorf("store: bolt: %s is in use by another process (is another bridge running on this data_dir?)", path)
+		return nil, inUseError{path}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store: bolt: open %s: %w", path, err)

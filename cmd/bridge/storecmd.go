@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/roombridge/roombridge/config"
+	"github.com/roombridge/roombridge/core"
+	"github.com/roombridge/roombridge/election"
+	"github.com/roombridge/roombridge/store"
+	"github.com/roombridge/roombridge/store/bolt"
+	"github.com/roombridge/roombridge/store/etcd"
+	"github.com/roombridge/roombridge/store/migrate"
+)
+
+// storeUsage is the store command's usage line.
+const storeUsage = "store backup FILE | store restore FILE | store migrate [--dry-run]"
+
+// storeCmd runs `bridge store ...`: backups, restores and migrations of the
+// configured store (docs: README "Operations").
+func storeCmd(ctx context.Context, args []string, out io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: %s", errUsage, storeUsage)
+	}
+	switch args[0] {
+	case "backup":
+		return storeBackup(ctx, args[1:], out)
+	case "restore":
+		return storeRestore(ctx, args[1:], out)
+	case "migrate":
+		return storeMigrate(ctx, args[1:], out)
+	}
+	return fmt.Errorf("%w: unknown store command %q: %s", errUsage, args[0], storeUsage)
+}
+
+// fileArg parses fs and returns its one argument, a file.
+func fileArg(fs *flag.FlagSet, args []string) (string, error) {
+	if err := parseFlags(fs, args); err != nil {
+		return "", err
+	}
+	if fs.NArg() != 1 {
+		return "", fmt.Errorf("%w: %s FILE [flags]: want one file, got %d arguments", errUsage, fs.Name(), fs.NArg())
+	}
+	return fs.Arg(0), nil
+}
+
+// storeBackup writes a consistent snapshot of the store to FILE: through the
+// running daemon when it holds the bolt file, else read directly (a stopped
+// single node, or etcd at one revision).
+func storeBackup(ctx context.Context, args []string, out io.Writer) error {
+	fs := newFlags("store backup")
+	mk := apiFlags(fs)
+	file, err := fileArg(fs, args)
+	if err != nil {
+		return err
+	}
+	cfg, err := loadConfig(fs.Lookup("config").Value.String())
+	if err != nil {
+		return err
+	}
+	tmp := file + ".partial"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("store backup: %w", err)
+	}
+	defer os.Remove(tmp)
+	defer f.Close()
+	st, closeSt, err := openToolStore(ctx, cfg)
+	switch {
+	case err == nil:
+		defer closeSt()
+		_, err = store.Backup(ctx, st, time.Now(), f)
+	case errors.Is(err, errStoreInUse):
+		err = backupThroughDaemon(ctx, mk, f)
+	}
+	if err != nil {
+		return fmt.Errorf("store backup: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("store backup: %w", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("store backup: %w", err)
+	}
+	info, err := store.ReadBackup(f)
+	if err != nil {
+		return fmt.Errorf("store backup: the file written does not read back: %w", err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		return fmt.Errorf("store backup: %w", err)
+	}
+	fmt.Fprintf(out, "backup: %s: %d keys, store format %d, taken %s\n", file, info.Records, info.Format, info.Taken.Format(time.RFC3339))
+	return nil
+}
+
+// backupThroughDaemon asks the running daemon for its snapshot.
+func backupThroughDaemon(ctx context.Context, mk func() (*client, error), w io.Writer) error {
+	c, err := mk()
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(ctx, http.MethodGet, "/v1/store/backup", nil)
+	if err != nil {
+		return fmt.Errorf("the store is in use by a running bridge, and asking it failed: %w", err)
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(w, resp.Body)
+	return err
+}
+
+// storeRestore restores FILE into the configured store, which must be empty
+// and not in use: a running bridge (single node: its lock; HA: a leader in
+// the election) is refused.
+func storeRestore(ctx context.Context, args []string, out io.Writer) error {
+	fs := newFlags("store restore")
+	path := fs.String("config", "", "config file")
+	file, err := fileArg(fs, args)
+	if err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*path)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return fmt.Errorf("store restore: %w", err)
+	}
+	defer f.Close()
+	st, closeSt, err := openToolStore(ctx, cfg)
+	if errors.Is(err, errStoreInUse) {
+		return fmt.Errorf("store restore: refused: %w; stop it, and restore into an empty data_dir", err)
+	}
+	if err != nil {
+		return fmt.Errorf("store restore: %w", err)
+	}
+	defer closeSt()
+	if cfg.HA != nil {
+		if err := noLeader(ctx, st.(*etcd.Store), cfg); err != nil {
+			return err
+		}
+	}
+	var last time.Time
+	info, err := store.Restore(ctx, st, f, store.RestoreOptions{Progress: func(done, total int) {
+		if time.Since(last) > 2*time.Second {
+			last = time.Now()
+			fmt.Fprintf(out, "restore: %d of %d keys\n", done, total)
+		}
+	}})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "restored: %d keys, store format %d, from the backup taken %s\n", info.Records, info.Format, info.Taken.Format(time.RFC3339))
+	return nil
+}
+
+// noLeader refuses a restore while an instance leads the HA election.
+func noLeader(ctx context.Context, st *etcd.Store, cfg *config.Config) error {
+	l, err := election.New(election.Options{Client: st.Client(), Prefix: cfg.HA.Prefix + "/leader", TTL: cfg.HA.LeaseTTL})
+	if err != nil {
+		return err
+	}
+	v, err := l.Leader(ctx)
+	if err != nil {
+		return fmt.Errorf("store restore: %w", err)
+	}
+	if v != "" {
+		return fmt.Errorf("store restore: refused: a bridge leads on this etcd prefix (%s); stop every instance first", v)
+	}
+	return nil
+}
+
+// storeMigrate says what a migration to this binary's format would change
+// (--dry-run), or runs it on a stopped single node. In HA the leader
+// migrates at the start of its term: only --dry-run runs here.
+func storeMigrate(ctx context.Context, args []string, out io.Writer) error {
+	fs := newFlags("store migrate")
+	path := fs.String("config", "", "config file")
+	dry := fs.Bool("dry-run", false, "say what would change; write nothing")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: store migrate: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	cfg, err := loadConfig(*path)
+	if err != nil {
+		return err
+	}
+	if cfg.HA != nil && !*dry {
+		return fmt.Errorf("store migrate: in HA the leader migrates the store at the start of its term (a new binary that leads); use --dry-run to see what it will change")
+	}
+	st, closeSt, err := openToolStore(ctx, cfg)
+	if errors.Is(err, errStoreInUse) {
+		return fmt.Errorf("store migrate: %w; stop it (a bridge migrates its store when it starts)", err)
+	}
+	if err != nil {
+		return fmt.Errorf("store migrate: %w", err)
+	}
+	defer closeSt()
+	res, err := migrate.Run(ctx, st, migrate.Options{Known: core.KnownFormat(), Steps: core.Migrations(), DryRun: *dry})
+	if err != nil {
+		return err
+	}
+	printMigration(out, res, *dry)
+	return nil
+}
+
+func printMigration(out io.Writer, res migrate.Result, dry bool) {
+	verb := "migrated"
+	if dry {
+		verb = "would migrate"
+	}
+	switch {
+	case res.Created:
+		fmt.Fprintf(out, "an empty store: it would be created in format %d\n", core.KnownFormat())
+	case len(res.Steps) == 0:
+		fmt.Fprintf(out, "the store is in format %d, this binary's: nothing to do\n", res.From)
+	}
+	for _, s := range res.Steps {
+		fmt.Fprintf(out, "%s: format %d -> %d (%s): %v\n", verb, s.From, s.To, s.Name, map[string]int(s.Counts))
+	}
+}
+
+// errStoreInUse: the bolt file is held by a running bridge.
+var errStoreInUse = errors.New("a running bridge holds the store")
+
+// openToolStore opens cfg's store for a tool: the bolt file (errStoreInUse when
+// a bridge holds it), or the etcd prefix without a fence.
+func openToolStore(ctx context.Context, cfg *config.Config) (store.Store, func(), error) {
+	if cfg.HA == nil {
+		path := filepath.Join(cfg.DataDir, "bridge.db")
+		db, err := bolt.Open(path)
+		if err != nil {
+			if bolt.InUse(err) {
+				return nil, nil, fmt.Errorf("%w (%s)", errStoreInUse, path)
+			}
+			return nil, nil, err
+		}
+		return db, func() { _ = db.Close() }, nil
+	}
+	cli, err := etcd.NewClient(cfg.HA.Etcd, etcd.ClientOptions{KeepAlive: cfg.HA.KeepAlive})
+	if err != nil {
+		return nil, nil, fmt.Errorf("ha.etcd: %w", err)
+	}
+	st, err := etcd.New(cli, etcd.Options{Prefix: cfg.HA.Prefix + "/store"})
+	if err != nil {
+		_ = cli.Close()
+		return nil, nil, err
+	}
+	return st, func() { _ = st.Close(); _ = cli.Close() }, nil
+}
