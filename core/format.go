@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"runtime/debug"
 	"strconv"
@@ -44,6 +45,11 @@ func KnownFormat() int {
 		known = n
 	}
 	return known
+}
+
+// MigrateOptions are the options of migrate.Run for this binary's formats.
+func MigrateOptions(log *slog.Logger) migrate.Options {
+	return migrate.Options{Known: KnownFormat(), Steps: Migrations(), Log: log}
 }
 
 // Version is this binary's version: its VCS revision (with "+dirty" for a
@@ -102,8 +108,9 @@ func (i Instance) JSON() string {
 // and the election does not campaign again while it holds
 // (election.Options.Eligible).
 func (b *Bridge) migrateStore(ctx context.Context) (lead bool, err error) {
-	res, err := migrate.Run(ctx, b.opts.Store, migrate.Options{Known: KnownFormat(), Steps: Migrations(),
-		Now: b.opts.Clock.Now, Log: b.log})
+	o := MigrateOptions(b.log)
+	o.Now = b.opts.Clock.Now
+	res, err := migrate.Run(ctx, b.opts.Store, o)
 	var fe *store.FormatError
 	if errors.As(err, &fe) && b.opts.Leadership != nil {
 		b.log.Error("not leading: the store's format is newer than this binary's; stop this instance (the new binary leads)",

@@ -41,8 +41,9 @@ func openBackend(cfg *config.Config, log *slog.Logger) (*backend, error) {
 			return nil, err
 		}
 		// A store newer than this binary is refused before anything
-		// serves it; an older one is migrated when the work starts.
-		if _, err := migrate.Check(context.Background(), db, core.KnownFormat()); err != nil {
+		// serves it; a new one is stamped and an older one migrated
+		// (this process alone holds the file).
+		if _, err := migrate.Run(context.Background(), db, core.MigrateOptions(log)); err != nil {
 			_ = db.Close()
 			return nil, err
 		}

@@ -40,15 +40,23 @@ func storeCmd(ctx context.Context, args []string, out io.Writer) error {
 	return fmt.Errorf("%w: unknown store command %q: %s", errUsage, args[0], storeUsage)
 }
 
-// fileArg parses fs and returns its one argument, a file.
+// fileArg parses fs, flags before and after the file, and returns its one
+// argument, the file.
 func fileArg(fs *flag.FlagSet, args []string) (string, error) {
-	if err := parseFlags(fs, args); err != nil {
-		return "", err
+	var pos []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return "", err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
 	}
-	if fs.NArg() != 1 {
-		return "", fmt.Errorf("%w: %s FILE [flags]: want one file, got %d arguments", errUsage, fs.Name(), fs.NArg())
+	if len(pos) != 1 {
+		return "", fmt.Errorf("%w: %s FILE [flags]: want one file, got %q", errUsage, fs.Name(), pos)
 	}
-	return fs.Arg(0), nil
+	return pos[0], nil
 }
 
 // storeBackup writes a consistent snapshot of the store to FILE: through the
@@ -66,7 +74,7 @@ func storeBackup(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	tmp := file + ".partial"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return fmt.Errorf("store backup: %w", err)
 	}
@@ -205,7 +213,9 @@ func storeMigrate(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("store migrate: %w", err)
 	}
 	defer closeSt()
-	res, err := migrate.Run(ctx, st, migrate.Options{Known: core.KnownFormat(), Steps: core.Migrations(), DryRun: *dry})
+	o := core.MigrateOptions(nil)
+	o.DryRun = *dry
+	res, err := migrate.Run(ctx, st, o)
 	if err != nil {
 		return err
 	}

@@ -96,7 +96,14 @@ func Run(ctx context.Context, st store.Store, o Options) (Result, error) {
 		return res, err
 	}
 	if f == 0 {
-		return create(ctx, st, o, res)
+		stamped, err := create(ctx, st, o)
+		if err != nil || stamped {
+			res.Created, res.To = true, o.Known
+			return res, err
+		}
+		// Written to before it was stamped (in HA, by this binary's API
+		// between the term's start and this run): as old as can be.
+		f, res.From, res.To = store.UnversionedFormat, store.UnversionedFormat, store.UnversionedFormat
 	}
 	for f < o.Known {
 		s, err := stepTo(o.Steps, f+1)
@@ -116,24 +123,26 @@ func Run(ctx context.Context, st store.Store, o Options) (Result, error) {
 	return res, nil
 }
 
-// create stamps an empty store with o.Known.
-func create(ctx context.Context, st store.Store, o Options, res Result) (Result, error) {
-	res.Created, res.To = true, o.Known
+// create stamps an empty store with o.Known, and tells whether it did (it
+// holds data by now: not).
+func create(ctx context.Context, st store.Store, o Options) (stamped bool, err error) {
 	if o.DryRun {
-		return res, nil
+		return true, nil
 	}
-	err := st.Update(ctx, func(tx store.Tx) error {
+	err = st.Update(ctx, func(tx store.Tx) error {
 		f, err := store.ReadFormat(tx)
-		if err != nil || f != 0 {
-			return err // stamped meanwhile, or holds data now: the next start migrates it
+		if stamped = err == nil && f == 0; !stamped {
+			return err
 		}
 		return store.WriteFormat(tx, o.Known)
 	})
 	if err != nil {
-		return res, fmt.Errorf("migrate: stamp a new store with format %d: %w", o.Known, err)
+		return false, fmt.Errorf("migrate: stamp a new store with format %d: %w", o.Known, err)
 	}
-	o.Log.Info("store: a new store, format written", "format", o.Known)
-	return res, nil
+	if stamped {
+		o.Log.Info("store: a new store, format written", "format", o.Known)
+	}
+	return stamped, nil
 }
 
 // stepTo returns the step that produces format to.
