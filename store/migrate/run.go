@@ -182,25 +182,57 @@ func runStep(ctx context.Context, st store.Store, o Options, s Step) (Done, erro
 	if o.DryRun {
 		return d, nil
 	}
-	if err := finish(ctx, st, o, d); err != nil {
+	if err := finish(ctx, st, o, &d); err != nil {
 		return d, err
 	}
-	log.Info("store: migrated", "counts", fmt.Sprint(counts), "took", time.Since(start).Round(time.Millisecond))
+	log.Info("store: migrated", "counts", fmt.Sprint(d.Counts), "took", time.Since(start).Round(time.Millisecond))
 	return d, nil
 }
 
+// progressMark is MigratingKey's value: the step that runs and what its
+// committed batches changed so far, over every run of it.
+type progressMark struct {
+	To     int    `json:"to"`
+	Counts Counts `json:"counts,omitempty"`
+}
+
+// readMark reads the mark ({} when there is none, or it is of an older
+// binary: the format number alone).
+func readMark(tx store.Tx) (progressMark, error) {
+	var m progressMark
+	v, err := tx.Get(store.MetaBucket, MigratingKey)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return m, nil
+	case err != nil:
+		return m, err
+	}
+	if json.Unmarshal(v, &m) != nil {
+		m.To, _ = strconv.Atoi(string(v))
+	}
+	return m, nil
+}
+
+func writeMark(tx store.Tx, m progressMark) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return tx.Put(store.MetaBucket, MigratingKey, b)
+}
+
 // mark records that a step to format to runs, and tells whether an
-// earlier run of it was cut off.
+// earlier run of it was cut off (its counts are kept).
 func mark(ctx context.Context, st store.Store, to int) (resumed bool, err error) {
 	err = st.Update(ctx, func(tx store.Tx) error {
-		v, err := tx.Get(store.MetaBucket, MigratingKey)
-		switch {
-		case err == nil:
-			resumed = string(v) == strconv.Itoa(to)
-		case !errors.Is(err, store.ErrNotFound):
+		m, err := readMark(tx)
+		if err != nil {
 			return err
 		}
-		return tx.Put(store.MetaBucket, MigratingKey, []byte(strconv.Itoa(to)))
+		if resumed = m.To == to; !resumed {
+			m = progressMark{To: to}
+		}
+		return writeMark(tx, m)
 	})
 	if err != nil {
 		return false, fmt.Errorf("migrate: mark step %d: %w", to, err)
@@ -208,15 +240,40 @@ func mark(ctx context.Context, st store.Store, to int) (resumed bool, err error)
 	return resumed, nil
 }
 
+// Batch runs fn, one batch of the step to format to, in one transaction,
+// and adds what fn counted to the step's mark in the same transaction: a
+// step resumed after a crash reports what all its runs did. Steps write
+// through it.
+func Batch(ctx context.Context, st store.Store, to int, fn func(tx store.Tx) (Counts, error)) (Counts, error) {
+	var got Counts
+	err := st.Update(ctx, func(tx store.Tx) error {
+		var err error
+		if got, err = fn(tx); err != nil {
+			return err
+		}
+		m, err := readMark(tx)
+		if err != nil {
+			return err
+		}
+		if m.To != to {
+			return fmt.Errorf("migrate: a batch of step %d, but the store's mark is of step %d", to, m.To)
+		}
+		if m.Counts == nil {
+			m.Counts = Counts{}
+		}
+		for k, n := range got {
+			m.Counts[k] += n
+		}
+		failpoint.AtCommit(tx, failpoint.MigrateBatch)
+		return writeMark(tx, m)
+	})
+	return got, err
+}
+
 // finish moves the format to d.To, clears the mark and audits, in one
 // transaction that first checks the format is still d.From (another run
 // finished the step: nothing is written twice).
-func finish(ctx context.Context, st store.Store, o Options, d Done) error {
-	detail, _ := json.Marshal(struct {
-		Step    string `json:"step"`
-		Counts  Counts `json:"counts"`
-		Resumed bool   `json:"resumed,omitempty"`
-	}{d.Name, d.Counts, d.Resumed})
+func finish(ctx context.Context, st store.Store, o Options, d *Done) error {
 	err := st.Update(ctx, func(tx store.Tx) error {
 		f, err := store.ReadFormat(tx)
 		if err != nil {
@@ -224,6 +281,21 @@ func finish(ctx context.Context, st store.Store, o Options, d Done) error {
 		}
 		if f != d.From {
 			return fmt.Errorf("the store's format moved to %d meanwhile", f)
+		}
+		m, err := readMark(tx)
+		if err != nil {
+			return err
+		}
+		if m.To == d.To && m.Counts != nil {
+			d.Counts = m.Counts // every run's batches
+		}
+		detail, err := json.Marshal(struct {
+			Step    string `json:"step"`
+			Counts  Counts `json:"counts"`
+			Resumed bool   `json:"resumed,omitempty"`
+		}{d.Name, d.Counts, d.Resumed})
+		if err != nil {
+			return err
 		}
 		if err := store.WriteFormat(tx, d.To); err != nil {
 			return err

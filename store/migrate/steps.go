@@ -3,7 +3,6 @@ package migrate
 import (
 	"context"
 
-	"github.com/roombridge/roombridge/internal/failpoint"
 	"github.com/roombridge/roombridge/store"
 )
 
@@ -13,7 +12,9 @@ import (
 // (store.PurgeDedupe). The step deletes format 1's dedupe timers from the
 // expiry index. A new binary's writes while it runs add none: it tolerates
 // them.
-var LeanDedupe = Step{To: 2, Name: "lean-dedupe", Run: runLeanDedupe}
+var LeanDedupe = Step{To: 2, Name: "lean-dedupe"}
+
+func init() { LeanDedupe.Run = runLeanDedupe } // runLeanDedupe names LeanDedupe.To
 
 // stepBatch bounds the keys one transaction of a step writes (an etcd
 // store's MaxWrites lowers it).
@@ -39,15 +40,11 @@ func runLeanDedupe(ctx context.Context, st store.Store, dry bool, progress func(
 	}
 	batch, total := batchFor(st), 0
 	for {
-		var n int
-		err := st.Update(ctx, func(tx store.Tx) error {
-			var err error
-			n, err = store.DropDedupeTimers(tx, batch, false)
-			if n > 0 {
-				failpoint.AtCommit(tx, failpoint.MigrateBatch)
-			}
-			return err
+		got, err := Batch(ctx, st, LeanDedupe.To, func(tx store.Tx) (Counts, error) {
+			n, err := store.DropDedupeTimers(tx, batch, false)
+			return Counts{"dedupe_timers": n}, err
 		})
+		n := got["dedupe_timers"]
 		if err != nil {
 			return Counts{"dedupe_timers": total}, err
 		}
