@@ -123,6 +123,9 @@ type Bridge struct {
 	// storeFormat is the store's format as of this instance's last term
 	// start (0: not led yet).
 	storeFormat atomic.Int64
+	// migrated: this term's leader work has brought the store to this
+	// binary's format (HA: /readyz is ready only then).
+	migrated atomic.Bool
 }
 
 // webhooks is a connector that receives platform callbacks over the API's
@@ -348,7 +351,7 @@ func (b *Bridge) leaderJobs() {
 func (b *Bridge) http() {
 	var ready func() bool
 	if l := b.opts.Leadership; l != nil {
-		ready = l.Leading
+		ready = func() bool { return l.Leading() && b.migrated.Load() }
 	}
 	b.api = httpapi.New(httpapi.Options{Service: b.svc, Router: b.router, Token: b.opts.APIToken, Log: b.log,
 		Ready: ready, Detail: b.readyDetail, Tasks: b.del, Registry: b.met.Registry(), WriteTimeout: b.ServerOptions().WriteTimeout})
@@ -425,12 +428,17 @@ func (b *Bridge) AgentCount() int { return len(b.opts.Config.Agents) }
 // single node, at once. In a graceful stop (Stop) the work drains and Run
 // returns once ctx ends. An error is a critical failure of leader work.
 func (b *Bridge) Run(ctx context.Context) error {
-	lead := b.met.Leading(func(ctx context.Context) error {
+	work := b.met.Leading(func(ctx context.Context) error { return b.stop.lead(ctx, b.work()) })
+	lead := func(ctx context.Context) error {
+		// The store is brought to this binary's format first of all;
+		// /readyz says ready once it is.
 		if ok, err := b.migrateStore(ctx); !ok {
 			return err
 		}
-		return b.stop.lead(ctx, b.work())
-	})
+		b.migrated.Store(true)
+		defer b.migrated.Store(false)
+		return work(ctx)
+	}
 	if l := b.opts.Leadership; l != nil {
 		return l.Lead(ctx, lead)
 	}
