@@ -73,11 +73,8 @@ func onSite(b string) bool {
 			return false
 		}
 		d, err := url.PathUnescape(p)
-		if err != nil {
-			return false
-		}
-		if d == p {
-			return true
+		if err != nil || d == p {
+			return true // decoded to the end ("%" left over is no escape: a room "100%")
 		}
 		p = d
 	}

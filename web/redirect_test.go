@@ -20,6 +20,8 @@ func TestBackStaysOnSite(t *testing.T) {
 		{"/ok/path?x=1", "/ok/path?x=1"},
 		{"/rooms/backend", "/rooms/backend"},
 		{"/rooms/a%20b", "/rooms/a%20b"},
+		{"/rooms/100%25", "/rooms/100%25"}, // a room named "100%": decoded once it is no escape
+		{"/rooms/a%252Fb", "/rooms/a%252Fb"},
 		{"/\t/evil.example", "/"},
 		{"/\r/evil.example", "/"},
 		{"/\n/evil.example", "/"},
