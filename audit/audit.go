@@ -257,6 +257,22 @@ func Count(ctx context.Context, s store.Store) (uint64, error) {
 // CSVHeader is the column order of CSV exports.
 var CSVHeader = []string{"seq", "time", "request_id", "actor", "surface", "action", "from", "to", "detail"}
 
+// formulaStart holds the characters that make a spreadsheet read a cell
+// beginning with one as a formula (OWASP, CSV injection).
+const formulaStart = "=+-@\t\r"
+
+// neutralise prefixes each of fields that begins with a formulaStart
+// character with a single quote, so a spreadsheet shows it as text; it
+// changes fields in place and returns them.
+func neutralise(fields []string) []string {
+	for i, f := range fields {
+		if f != "" && strings.IndexByte(formulaStart, f[0]) >= 0 {
+			fields[i] = "'" + f
+		}
+	}
+	return fields
+}
+
 // csvFields renders r as CSV fields into buf (reused between records).
 func csvFields(r *Record, buf []string) []string {
 	return append(buf[:0],

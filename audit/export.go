@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/roombridge/roombridge/store"
 )
@@ -20,11 +21,12 @@ const (
 	CSV   Format = "csv"
 )
 
-// ParseFormat validates an export format name ("" means JSONL).
+// ParseFormat validates an export format name, in any case ("" means
+// JSONL).
 func ParseFormat(s string) (Format, error) {
-	switch Format(s) {
+	switch f := Format(strings.ToLower(s)); f {
 	case JSONL, CSV:
-		return Format(s), nil
+		return f, nil
 	case "":
 		return JSONL, nil
 	}
@@ -134,14 +136,14 @@ func newWriters(f Format, bw *bufio.Writer) (writers, error) {
 		return writers{
 			record: func(r *Record) error {
 				fields = csvFields(r, fields)
-				return cw.Write(fields)
+				return cw.Write(neutralise(fields))
 			},
 			raw: func(r *rawRecord, _ []byte) error {
 				fs, err := r.Strings()
 				if err != nil {
 					return err
 				}
-				return cw.Write(fs)
+				return cw.Write(neutralise(fs))
 			},
 			flush: func() error {
 				cw.Flush()

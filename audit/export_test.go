@@ -16,7 +16,7 @@ import (
 )
 
 func TestParseFormat(t *testing.T) {
-	for in, want := range map[string]audit.Format{"": audit.JSONL, "jsonl": audit.JSONL, "csv": audit.CSV} {
+	for in, want := range map[string]audit.Format{"": audit.JSONL, "jsonl": audit.JSONL, "csv": audit.CSV, "CSV": audit.CSV, "JsonL": audit.JSONL} {
 		if got, err := audit.ParseFormat(in); err != nil || got != want {
 			t.Errorf("ParseFormat(%q) = %q, %v; want %q", in, got, err, want)
 		}

@@ -16,7 +16,8 @@ import (
 // encoding/json and encoding/csv write from the decoded records, for every
 // field shape (escapes, HTML, quotes, newlines, leading spaces, `\.`,
 // omitted fields, odd times), with and without time bounds, and a stored
-// record of another shape (white space, an unknown key) is decoded instead.
+// record of another shape (white space, an unknown key) is decoded instead;
+// CSV cells that would be a spreadsheet formula begin with a quote (asText).
 func TestExportInPlaceMatchesTheEncoders(t *testing.T) {
 	db := openDB(t)
 	recs := append([]audit.Record{}, tricky...)
@@ -42,7 +43,8 @@ func TestExportInPlaceMatchesTheEncoders(t *testing.T) {
 		_ = cw.Write(audit.CSVHeader)
 		for _, r := range want {
 			_ = enc.Encode(&r)
-			_ = cw.Write([]string{itoa(r.Seq), r.Time.Format(time.RFC3339Nano), r.RequestID, r.Actor, r.Surface, r.Action, r.From, r.To, r.Detail})
+			_ = cw.Write([]string{itoa(r.Seq), r.Time.Format(time.RFC3339Nano), asText(r.RequestID), asText(r.Actor),
+				asText(r.Surface), asText(r.Action), asText(r.From), asText(r.To), asText(r.Detail)})
 		}
 		cw.Flush()
 		for f, w := range map[audit.Format]*bytes.Buffer{audit.JSONL: &wantJSON, audit.CSV: &wantCSV} {

@@ -154,9 +154,17 @@ type Shutdown struct {
 type Error struct {
 	Key string
 	Msg string
+	// Line is the line of the file the key is on (0: not known, or the
+	// key is not in the file).
+	Line int
 }
 
-func (e *Error) Error() string { return "config: " + e.Key + ": " + e.Msg }
+func (e *Error) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("config: %s: %s at line %d", e.Key, e.Msg, e.Line)
+	}
+	return "config: " + e.Key + ": " + e.Msg
+}
 
 func keyErr(key, format string, args ...any) error {
 	return &Error{Key: key, Msg: fmt.Sprintf(format, args...)}
@@ -173,14 +181,14 @@ func Load(path string) (*Config, error) {
 
 // Parse is Load from bytes.
 func Parse(b []byte) (*Config, error) {
-	c, secretEnv, err := decode[Config](b)
+	c, file, err := decode[Config](b)
 	if err != nil {
 		return nil, err
 	}
-	c.SecretEnv = secretEnv
+	c.SecretEnv = file.secretEnv
 	c.setDefaults()
 	if err := c.Validate(); err != nil {
-		return nil, err
+		return nil, file.at(err)
 	}
 	return c, nil
 }

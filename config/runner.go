@@ -87,11 +87,11 @@ func LoadRunner(path string) (*RunnerFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	f, _, err := decode[RunnerFile](b)
+	f, file, err := decode[RunnerFile](b)
 	if err != nil {
 		return nil, err
 	}
-	return f, f.validate()
+	return f, file.at(f.validate())
 }
 
 func (f *RunnerFile) validate() error {

@@ -9,12 +9,13 @@ import (
 
 // TestLoadRunnerRefusesBadFiles: a runner's file is read like the bridge's
 // (one decoder): an empty file, a file that is not a mapping and an unknown
-// key are each refused with an error that says so.
+// key are each refused with an error that says so, naming the key's line.
 func TestLoadRunnerRefusesBadFiles(t *testing.T) {
 	for _, tc := range []struct{ name, text, want string }{
 		{"empty", "", "the file is empty"},
 		{"not a mapping", "- runner\n", "not a mapping of keys"},
-		{"unknown key", "runner: {name: laptop, bogus: 1}\n", "runner.bogus: unknown key"},
+		{"unknown key", "runner: {name: laptop, bogus: 1}\n", "runner.bogus: unknown key at line 1"},
+		{"bad bridge URL", "runner:\n  name: laptop\n  bridges:\n    - ftp://x\n", `runner.bridges[0]: "ftp://x" is not a URL (want https://host:port) at line 4`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "runner.yaml")

@@ -45,14 +45,46 @@ func (s *Server) post(a action) http.HandlerFunc {
 	}
 }
 
-// back is the page a form came from (its "back" field, a path of this
-// site), else /.
+// back is the page a form came from (its "back" field), if that is a clean
+// path of this site (onSite), else /.
 func back(r *http.Request) string {
-	b := r.PostFormValue("back")
-	if !strings.HasPrefix(b, "/") || strings.HasPrefix(b, "//") || strings.Contains(b, "\\") {
-		return "/"
+	if b := r.PostFormValue("back"); onSite(b) {
+		return b
 	}
-	return b
+	return "/"
+}
+
+// onSite reports whether b is a path of this site that no browser can read
+// as another site: no control character anywhere (browsers strip tabs and
+// newlines, so "/\t/evil" is "//evil"), no backslash (read as "/"), no
+// scheme, host or user, and a path that starts with a single "/" — also
+// after percent-decoding it, as often as it decodes ("/%2F/evil").
+func onSite(b string) bool {
+	if hasCtlOrBackslash(b) {
+		return false
+	}
+	u, err := url.Parse(b)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" {
+		return false
+	}
+	p := u.EscapedPath()
+	for range 4 {
+		if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || hasCtlOrBackslash(p) {
+			return false
+		}
+		d, err := url.PathUnescape(p)
+		if err != nil || d == p {
+			return true // decoded to the end ("%" left over is no escape: a room "100%")
+		}
+		p = d
+	}
+	return false // still encoded after four rounds: no page of ours
+}
+
+// hasCtlOrBackslash reports whether s has an ASCII control character
+// (C0 or DEL) or a backslash.
+func hasCtlOrBackslash(s string) bool {
+	return strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f || r == '\\' })
 }
 
 func withNotice(path, msg string) string {

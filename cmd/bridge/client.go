@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/approvals"
+	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/httpapi"
 	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/requests"
@@ -358,14 +359,9 @@ func auditExport(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	defer resp.Body.Close()
-	var w io.Writer = stdout
-	if *output != "" {
-		f, err := os.Create(*output)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		w = f
+	w, closeOut, err := exportOutput(*output, stdout)
+	if err != nil {
+		return fmt.Errorf("audit export: %w", err) // err names the file: "open FILE: ..."
 	}
 	var total uint64
 	if *since == "" && *until == "" {
@@ -374,6 +370,9 @@ func auditExport(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	bar := newProgressBar(stderr, total)
 	n, err := io.Copy(w, &countingReader{r: resp.Body, lines: bar.add})
 	bar.finish()
+	if cerr := closeOut(); err == nil {
+		err = cerr // "close FILE: ...": what was written may not be on disk
+	}
 	if err != nil {
 		return fmt.Errorf("audit export: after %d bytes: %w", n, err)
 	}
@@ -383,8 +382,22 @@ func auditExport(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	return nil
 }
 
+// exportOutput is where the export goes: stdout, or the file path (-o),
+// created with mode 0600 (audit records name people and what they asked;
+// an existing file keeps its mode) and truncated. close closes it.
+func exportOutput(path string, stdout io.Writer) (w io.Writer, close func() error, err error) {
+	if path == "" {
+		return stdout, func() error { return nil }, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, f.Close, nil
+}
+
 // exportFormat settles the export's format: --format if given, else the
-// extension of -o (.csv, .jsonl, .json), else jsonl. A --format that
+// extension of -o (.csv, .jsonl, .json), else jsonl; both in any case. A --format that
 // contradicts a known extension is refused, so x.csv never holds JSONL.
 func exportFormat(format *string, output string) error {
 	ext := ""
@@ -394,14 +407,18 @@ func exportFormat(format *string, output string) error {
 	case ".jsonl", ".json", ".ndjson":
 		ext = "jsonl"
 	}
-	switch {
-	case *format == "":
+	if *format == "" {
 		*format = orDefault(ext, "jsonl")
-	case *format != "jsonl" && *format != "csv":
+		return nil
+	}
+	f, err := audit.ParseFormat(*format)
+	if err != nil {
 		return fmt.Errorf("%w: --format: %q (want jsonl or csv)", errUsage, *format)
-	case ext != "" && ext != *format:
+	}
+	if ext != "" && ext != string(f) {
 		return fmt.Errorf("%w: --format %s but -o %s names a %s file", errUsage, *format, output, ext)
 	}
+	*format = string(f)
 	return nil
 }
 

@@ -67,6 +67,7 @@ func TestExportFormat(t *testing.T) {
 	for _, c := range []struct{ flag, out, want string }{
 		{"", "x.csv", "csv"}, {"", "x.jsonl", "jsonl"}, {"", "", "jsonl"}, {"", "x.txt", "jsonl"},
 		{"csv", "", "csv"}, {"csv", "x.CSV", "csv"}, {"jsonl", "x.csv", "error"}, {"xml", "", "error"},
+		{"CSV", "", "csv"}, {"Csv", "x.csv", "csv"}, {"JSONL", "x.jsonl", "jsonl"}, {"JSONL", "x.CSV", "error"}, {"", "x.JSONL", "jsonl"},
 	} {
 		f := c.flag
 		err := exportFormat(&f, c.out)
