@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -8,8 +9,13 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/roombridge/roombridge/clock"
+	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/store/bolt"
 )
 
 // readme returns the repository's README.
@@ -159,6 +165,50 @@ func TestReadmeConsole(t *testing.T) {
 	csv, err := os.ReadFile(filepath.Join(dir, "audit.csv"))
 	if err != nil || strings.HasPrefix(string(csv), "{") || !strings.Contains(string(csv), "R"+day+"-01") {
 		t.Errorf("audit.csv (%v) is not a CSV export of the requests: %.200q", err, csv)
+	}
+	readmeBackup(t, p, dir, text, day)
+}
+
+// readmeBackup runs the README's backup line while the bridge runs, and its
+// restore lines once it stopped: the restored store holds its requests.
+func readmeBackup(t *testing.T, p *proc, dir, text, day string) {
+	t.Helper()
+	const heading = "## Upgrades, backups and restores"
+	run := func(block []string) {
+		for _, l := range block {
+			if from, to, ok := strings.Cut(strings.TrimPrefix(l, "mv "), " "); ok && strings.HasPrefix(l, "mv ") {
+				if err := os.Rename(filepath.Join(dir, from), filepath.Join(dir, to)); err != nil {
+					t.Fatalf("%s: %v", l, err)
+				}
+				continue
+			}
+			args, ok := strings.CutPrefix(l, "./bin/bridge ")
+			if !ok {
+				t.Fatalf("README line %q does not run ./bin/bridge", l)
+			}
+			if out, stderr, code := runCLI(t, dir, strings.Fields(args)...); code != 0 {
+				t.Errorf("%s: exit %d: %s%s", l, code, stderr, out)
+			}
+		}
+	}
+	run(readmeBlock(t, text, heading))
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+	run(readmeBlock(t, strings.SplitN(text, "a backup goes back into a data dir without a store:", 2)[1], ""))
+	db, err := bolt.Open(filepath.Join(dir, ".roombridge", "bridge.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	id, err := requests.ParseID("R" + day + "-01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bridge with no config is owner "local".
+	if r, err := requests.NewService(db, clock.Real{}, "local", nil).Get(context.Background(), id); err != nil || r.State != requests.Done {
+		t.Errorf("restored %s: %v, %v; want done", id, r, err)
 	}
 }
 
