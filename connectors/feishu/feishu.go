@@ -38,6 +38,7 @@ import (
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/connectors/ratelimit"
+	"github.com/roombridge/roombridge/internal/handled"
 	"github.com/roombridge/roombridge/internal/lanes"
 )
 
@@ -127,12 +128,12 @@ type Connector struct {
 	clock clock.Clock
 	disp  *dispatcher.EventDispatcher
 
-	handler atomic.Pointer[chat.Handler]
-	running atomic.Int32       // Run calls in progress: HTTP events are served only then
-	queue   *lanes.Lanes[*job] // inbound events waiting for the core, in lanes (pool.go)
-	wg      sync.WaitGroup     // notices outliving their event (track)
-	trackMu sync.Mutex         // orders track's wg.Add and submit's queueing before Run's last decrement of running
-	told    toldSet            // events a notice was sent for (notice)
+	handler  atomic.Pointer[chat.Handler]
+	running  atomic.Int32       // Run calls in progress: HTTP events are served only then
+	queue    *lanes.Lanes[*job] // inbound events waiting for the core, in lanes (pool.go)
+	wg       sync.WaitGroup     // notices outliving their event (track)
+	trackMu  sync.Mutex         // orders track's wg.Add and submit's queueing before Run's last decrement of running
+	answered *handled.Set       // events the core answered, and whether they were told (pool.go)
 
 	perChat *ratelimit.Spacer // sends into one chat, from their starts (chatFloor); key: chat ID or "user:<open_id>"
 	perMsg  *ratelimit.Spacer // PATCHes of one message; key: message ID
@@ -217,6 +218,8 @@ func New(o Options) (*Connector, error) {
 		botID:   o.BotOpenID,
 		live:    newLiveCards(),
 		queue:   lanes.New[*job](o.Queue),
+
+		answered: handled.New(answeredKeep, o.Clock),
 	}
 	// One dispatcher serves both modes (ws frames and verified HTTP bodies).
 	c.disp = dispatcher.NewEventDispatcher(o.VerificationToken, o.EncryptKey).

@@ -47,7 +47,9 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/connectors/ratelimit"
+	"github.com/roombridge/roombridge/internal/handled"
 )
 
 // Modes of receiving events.
@@ -89,6 +91,11 @@ const (
 // handleTimeout bounds the handling of one inbound event, so one stuck
 // transaction cannot hold a worker forever.
 const handleTimeout = 30 * time.Second
+
+// answeredKeep is how long the connector remembers an event the core
+// answered (internal/handled): Slack delivers an unacknowledged event again
+// for about 5 minutes (at once, after 1 min, after 5 min).
+const answeredKeep = time.Hour
 
 // drainGrace bounds how long Run keeps handling events queued before ctx
 // ended (a click may be acknowledged already, its ack budget run out: it
@@ -142,6 +149,9 @@ type Options struct {
 	AckBudget time.Duration
 	// PingInterval is Socket Mode's ping timeout (default DefaultPingInterval).
 	PingInterval time.Duration
+	// Clock ages the record of answered events (answeredKeep); nil: real
+	// time.
+	Clock clock.Clock
 }
 
 func (o *Options) setDefaults() {
@@ -153,6 +163,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
 	}
 	o.PostSpacing = cmp(o.PostSpacing, DefaultPostSpacing)
 	o.EditSpacing = cmp(o.EditSpacing, DefaultEditSpacing)
@@ -244,7 +257,7 @@ func New(opts Options) (*Connector, error) {
 		dms:     map[string]string{},
 		live:    newStreams(),
 	}
-	c.inbound = newPool(opts.Workers, opts.Queue, opts.AckBudget, log, c.respond)
+	c.inbound = newPool(opts.Workers, opts.Queue, opts.AckBudget, handled.New(answeredKeep, opts.Clock), log, c.respond)
 	return c, nil
 }
 
