@@ -134,6 +134,7 @@ type Connector struct {
 	wg       sync.WaitGroup     // notices outliving their event (track)
 	trackMu  sync.Mutex         // orders track's wg.Add and submit's queueing before Run's last decrement of running
 	answered *handled.Set       // events the core answered, and whether they were told (pool.go)
+	topics   topics             // the topic of each card posted in one (Update)
 
 	perChat *ratelimit.Spacer // sends into one chat, from their starts (chatFloor); key: chat ID or "user:<open_id>"
 	perMsg  *ratelimit.Spacer // PATCHes of one message; key: message ID
@@ -316,6 +317,7 @@ func (c *Connector) StartThread(ctx context.Context, channel string, m chat.Mess
 	if err != nil {
 		return chat.ThreadRef{}, chat.MessageRef{}, err
 	}
+	c.topics.keep(id, id) // the root of its own topic
 	return chat.ThreadRef{Surface: chat.Feishu, Channel: channel, ID: id},
 		chat.MessageRef{Surface: chat.Feishu, Channel: channel, ID: id}, nil
 }
@@ -331,14 +333,18 @@ func (c *Connector) Reply(ctx context.Context, t chat.ThreadRef, m chat.Message)
 	if err != nil {
 		return chat.MessageRef{}, err
 	}
+	if m.Card != nil {
+		c.topics.keep(id, t.ID)
+	}
 	return chat.MessageRef{Surface: chat.Feishu, Channel: t.Channel, ID: id}, nil
 }
 
 // Update replaces a posted card with m rendered as a card (PATCH; JSON 2.0
-// cards are shared, so every viewer sees the update). Edits of one message
-// are spaced by EditEvery; the outbox coalesces the ones that wait.
+// cards are shared, so every viewer sees the update), its buttons naming the
+// topic the card was posted in (topics). Edits of one message are spaced by
+// EditEvery; the outbox coalesces the ones that wait.
 func (c *Connector) Update(ctx context.Context, ref chat.MessageRef, m chat.Message) error {
-	content, err := cardContent(m, "")
+	content, err := cardContent(m, c.topics.topic(ref.ID))
 	if err != nil {
 		return err
 	}
