@@ -12,8 +12,10 @@
 // Slack wants its ack within 3 s, and does not deliver an acknowledged event
 // again: if the core takes longer than Options.AckBudget (default 2.5 s) the
 // event is left unacknowledged (HTTP 503, no envelope ack) and logged, its
-// handling goes on, and Slack delivers it again, which the core's dedupe
-// keeps once; the asker is told nothing of it. A click, which Slack does not
+// handling goes on, and Slack delivers it again, which is acknowledged
+// with the core's answer without the core (internal/handled; after a
+// restart, the core's dedupe keeps it once); the asker is told the answer
+// once. A click, which Slack does not
 // deliver again, is acknowledged when its budget runs out and handled
 // afterwards (a crash in that window loses it). A refusal is told to its
 // actor (an ephemeral message) after the ack.
