@@ -12,6 +12,7 @@ import (
 	"github.com/roombridge/roombridge/delegation"
 	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/store"
 )
 
 // Tasks is what the "tasks" and "dismiss ID" commands need of background
@@ -54,6 +55,72 @@ func IsCommand(text string) bool {
 		return len(f) == 2 && userRE.MatchString(f[1])
 	}
 	return false
+}
+
+// commandDedupeTTL is how long a command's event ID is remembered
+// (commandOnce): as long as an ask's (requests), longer than any platform
+// delivers an event again.
+const commandDedupeTTL = 24 * time.Hour
+
+// changesState reports whether verb is a command that changes state, which
+// a platform's redelivery must not run again (commandOnce). retry is not
+// among them: it dedupes itself, under the same key
+// (requests.Service.RetryEvent).
+func changesState(verb string) bool {
+	switch verb {
+	case "cancel", "approve", "deny", "answer", "revoke", "dismiss":
+		return true
+	}
+	return false
+}
+
+// commandOnce carries out a command, one that changes state at most once
+// per platform event: its outcome (the answer, or the refusal) is recorded
+// under the event's dedupe key, the key an ask of the event would take
+// ("ask:slack:Ev1", requests.Ask.EventKey), so that a redelivery is a
+// duplicate (requests.ErrDuplicate: acknowledged, nobody told, nothing
+// audited), after a restart or on another instance too. The connectors
+// remember answered events in memory only (internal/handled). The key is
+// written in a transaction after the command's: a crash between the two
+// runs the command again at the redelivery. Commands that only read run
+// again, answering what is true then.
+func (rt *Router) commandOnce(ctx context.Context, ev chat.Event) (string, error) {
+	verb, _, _ := strings.Cut(strings.TrimSpace(ev.Text), " ")
+	key := eventKey(ev)
+	if key == "" || !changesState(verb) {
+		return rt.command(ctx, ev)
+	}
+	key = "ask:" + key
+	st := rt.svc.Store()
+	var told []byte
+	var seen bool
+	err := st.View(ctx, func(tx store.Tx) (err error) {
+		told, seen, err = store.Recall(tx, key, rt.svc.Clock().Now())
+		return err
+	})
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("rooms: command %s: %w", verb, err)
+	case seen:
+		rt.log.InfoContext(ctx, "redelivered command not run again", "surface", ev.Surface, "event_id", ev.ID,
+			"verb", verb, "answered", string(told))
+		return "", fmt.Errorf("rooms: command %s: %w %s", verb, requests.ErrDuplicate, key)
+	}
+	msg, err := rt.command(ctx, ev)
+	if ours(ctx, err) {
+		return msg, err
+	}
+	outcome := msg
+	if err != nil {
+		outcome = userMessage(err)
+	}
+	if rerr := st.Update(ctx, func(tx store.Tx) error {
+		return store.Remember(tx, key, []byte(outcome), rt.svc.Clock().Now(), commandDedupeTTL)
+	}); rerr != nil {
+		rt.log.WarnContext(ctx, "recording a command's event failed: a redelivery would run it again", "surface", ev.Surface,
+			"event_id", ev.ID, "verb", verb, "error", rerr)
+	}
+	return msg, err
 }
 
 // command carries out a typed command (the console's lines, a mention that

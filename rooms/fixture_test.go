@@ -38,7 +38,13 @@ func newRoomFixture(t *testing.T) *roomFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	f := &roomFixture{db: db, clk: clock.NewFake(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)), log: slog.New(slog.DiscardHandler)}
+	return roomFixtureOn(db, clock.NewFake(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)))
+}
+
+// roomFixtureOn is the fixture's core over db and clk: a new one over the
+// same store is the core after a restart.
+func roomFixtureOn(db *bolt.DB, clk *clock.Fake) *roomFixture {
+	f := &roomFixture{db: db, clk: clk, log: slog.New(slog.DiscardHandler)}
 	roomDir := directory.New([]config.Room{{Name: "main", Console: true, Agents: []string{"coder"}}}, []string{alice}, chat.Console)
 	f.svc = requests.NewService(db, f.clk, "acme", []string{alice})
 	f.th = threads.New(roomDir)

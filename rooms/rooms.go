@@ -88,7 +88,7 @@ func (rt *Router) Handle(ctx context.Context, ev chat.Event) chat.Response {
 		return chat.Response{} // the connector has answered the sender
 	case chat.Ask, chat.Command:
 		if ev.Kind == chat.Command || IsCommand(ev.Text) {
-			msg, err = rt.command(ctx, ev)
+			msg, err = rt.commandOnce(ctx, ev)
 			answer = true
 			break
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	larkim "github.com/larksuite/oapi-sdk-go/v3/service/im/v1"
@@ -156,8 +157,8 @@ func renderCard(m chat.Message, topic string) card {
 }
 
 // cardContent is the content string of an interactive message, posted in
-// topic ("": none, or not known, as for an Update: its clicks then keep
-// their order per card only).
+// topic ("": none, or not known: its clicks then keep their order per card
+// only).
 func cardContent(m chat.Message, topic string) (string, error) {
 	b, err := json.Marshal(renderCard(m, topic))
 	if err != nil {
@@ -218,4 +219,49 @@ func elementID(i int, action string) string {
 		}
 	}
 	return b.String()
+}
+
+// maxTopics bounds the cards whose topic a connector remembers (topics).
+const maxTopics = 10000
+
+// topics remembers the topic of each card the connector posted in one (the
+// topic's root message; a root card is its own topic), so that Update
+// renders a card again naming the same topic in its buttons: the clicks on
+// a re-rendered card (an approval card's time-left notice keeps its
+// buttons) keep their order with the topic's replies. It is in memory and
+// bounded (the oldest forgotten first): a card posted by an earlier
+// process, or forgotten, is updated without a topic, and its clicks then
+// keep their order per card only.
+type topics struct {
+	mu    sync.Mutex
+	of    map[string]string // message ID → topic
+	order []string          // the keys of of, oldest first
+}
+
+// keep records that card msgID is in topic.
+func (t *topics) keep(msgID, topic string) {
+	if msgID == "" || topic == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.of == nil {
+		t.of = map[string]string{}
+	}
+	if _, ok := t.of[msgID]; ok {
+		return
+	}
+	for len(t.order) >= maxTopics {
+		delete(t.of, t.order[0])
+		t.order = t.order[1:]
+	}
+	t.of[msgID] = topic
+	t.order = append(t.order, msgID)
+}
+
+// topic returns the topic card msgID was posted in ("": unknown).
+func (t *topics) topic(msgID string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.of[msgID]
 }

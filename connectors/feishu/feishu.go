@@ -38,6 +38,7 @@ import (
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/connectors/ratelimit"
+	"github.com/roombridge/roombridge/internal/handled"
 	"github.com/roombridge/roombridge/internal/lanes"
 )
 
@@ -127,12 +128,13 @@ type Connector struct {
 	clock clock.Clock
 	disp  *dispatcher.EventDispatcher
 
-	handler atomic.Pointer[chat.Handler]
-	running atomic.Int32       // Run calls in progress: HTTP events are served only then
-	queue   *lanes.Lanes[*job] // inbound events waiting for the core, in lanes (pool.go)
-	wg      sync.WaitGroup     // notices outliving their event (track)
-	trackMu sync.Mutex         // orders track's wg.Add and submit's queueing before Run's last decrement of running
-	told    toldSet            // events a notice was sent for (notice)
+	handler  atomic.Pointer[chat.Handler]
+	running  atomic.Int32       // Run calls in progress: HTTP events are served only then
+	queue    *lanes.Lanes[*job] // inbound events waiting for the core, in lanes (pool.go)
+	wg       sync.WaitGroup     // notices outliving their event (track)
+	trackMu  sync.Mutex         // orders track's wg.Add and submit's queueing before Run's last decrement of running
+	answered *handled.Set       // events the core answered, and whether they were told (pool.go)
+	topics   topics             // the topic of each card posted in one (Update)
 
 	perChat *ratelimit.Spacer // sends into one chat, from their starts (chatFloor); key: chat ID or "user:<open_id>"
 	perMsg  *ratelimit.Spacer // PATCHes of one message; key: message ID
@@ -217,6 +219,8 @@ func New(o Options) (*Connector, error) {
 		botID:   o.BotOpenID,
 		live:    newLiveCards(),
 		queue:   lanes.New[*job](o.Queue),
+
+		answered: handled.New(answeredKeep, o.Clock),
 	}
 	// One dispatcher serves both modes (ws frames and verified HTTP bodies).
 	c.disp = dispatcher.NewEventDispatcher(o.VerificationToken, o.EncryptKey).
@@ -313,6 +317,7 @@ func (c *Connector) StartThread(ctx context.Context, channel string, m chat.Mess
 	if err != nil {
 		return chat.ThreadRef{}, chat.MessageRef{}, err
 	}
+	c.topics.keep(id, id) // the root of its own topic
 	return chat.ThreadRef{Surface: chat.Feishu, Channel: channel, ID: id},
 		chat.MessageRef{Surface: chat.Feishu, Channel: channel, ID: id}, nil
 }
@@ -328,14 +333,18 @@ func (c *Connector) Reply(ctx context.Context, t chat.ThreadRef, m chat.Message)
 	if err != nil {
 		return chat.MessageRef{}, err
 	}
+	if m.Card != nil {
+		c.topics.keep(id, t.ID)
+	}
 	return chat.MessageRef{Surface: chat.Feishu, Channel: t.Channel, ID: id}, nil
 }
 
 // Update replaces a posted card with m rendered as a card (PATCH; JSON 2.0
-// cards are shared, so every viewer sees the update). Edits of one message
-// are spaced by EditEvery; the outbox coalesces the ones that wait.
+// cards are shared, so every viewer sees the update), its buttons naming the
+// topic the card was posted in (topics). Edits of one message are spaced by
+// EditEvery; the outbox coalesces the ones that wait.
 func (c *Connector) Update(ctx context.Context, ref chat.MessageRef, m chat.Message) error {
-	content, err := cardContent(m, "")
+	content, err := cardContent(m, c.topics.topic(ref.ID))
 	if err != nil {
 		return err
 	}

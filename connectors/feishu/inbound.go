@@ -15,6 +15,7 @@ import (
 
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/internal/clip"
+	"github.com/roombridge/roombridge/internal/handled"
 )
 
 // botRetry spaces attempts to learn the bot's open_id after a failure.
@@ -39,8 +40,9 @@ var errUnsureMention = errors.New("feishu: cannot tell whether a message mention
 // Feishu pushes the event again and the core's dedupe keeps it once. So too
 // when the budget runs out first (an acknowledged event is never pushed
 // again: a crash before the core stored it would lose it); the handling
-// goes on, and of its late answer and the redelivery's, the first to come
-// is told (notice).
+// goes on, and its answer is told once (notice): the redelivery gets the
+// recorded answer without the core (handled.Answer.Repeat), and tells it
+// only if the late answer's notice failed.
 func (c *Connector) onMessage(ctx context.Context, ev *larkim.P2MessageReceiveV1) error {
 	arrived := time.Now()
 	h := c.current()
@@ -52,24 +54,27 @@ func (c *Connector) onMessage(ctx context.Context, ev *larkim.P2MessageReceiveV1
 		return err
 	}
 	msgID := *ev.Event.Message.MessageId
-	tell := func(r chat.Response) {
+	tell := func(a handled.Answer) {
 		// A refusal, or the answer to a command ("@bridge tasks"), is worth
 		// a reply when the person addressed the bot; chatter in a topic
 		// that merely fails to route is only logged.
-		if !r.Error && !r.Answer || r.Text == "" || (in.Kind == chat.Reply && !mentioned) {
-			return
+		switch {
+		case !a.Tell:
+		case !a.Error && !a.Answer || a.Text == "" || (in.Kind == chat.Reply && !mentioned):
+			c.answered.Told(in.ID, true) // nothing to tell
+		default:
+			c.notice(in.Channel, msgID, in.ID, a.Text)
 		}
-		c.notice(in.Channel, msgID, in.ID, r.Text)
 	}
-	r, done := c.call(ctx, h, in, arrived, tell)
+	a, done := c.call(ctx, h, in, arrived, tell)
 	if !done {
 		c.log.WarnContext(ctx, "feishu: ack budget ran out: message answered with an error for Feishu to push it again; its handling goes on",
 			"event_id", in.ID, "kind", string(in.Kind), "budget", c.opts.AckBudget)
 	}
-	if !done || r.Retry {
+	if !done || a.Retry {
 		return errNotStored
 	}
-	tell(r)
+	tell(a)
 	return nil
 }
 
@@ -238,9 +243,10 @@ func (c *Connector) onCardAction(ctx context.Context, ev *callback.CardActionTri
 	if topic, _ := a.Value[valueTopic].(string); topic != "" {
 		in.Thread = &chat.ThreadRef{Surface: chat.Feishu, Channel: in.Channel, ID: topic}
 	}
-	r, done := c.call(ctx, h, in, arrived, func(r chat.Response) {
-		c.log.InfoContext(ctx, "feishu: click answered after the ack", "event_id", in.ID, "block", block, "error", r.Error, "retry", r.Retry, "text", r.Text)
+	ans, done := c.call(ctx, h, in, arrived, func(l handled.Answer) {
+		c.log.InfoContext(ctx, "feishu: click answered after the ack", "event_id", in.ID, "block", block, "error", l.Error, "retry", l.Retry, "text", l.Text)
 	})
+	r := ans.Response // its toast is the click's answer, that of a redelivery too
 	switch {
 	case !done:
 		c.log.WarnContext(ctx, "feishu: ack budget ran out: click acknowledged before the core answered; its handling goes on",

