@@ -4,6 +4,7 @@ package config
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -125,6 +126,11 @@ type HA struct {
 	// (default DefaultKeepAlive); etcd drops clients that ping more often
 	// than its --grpc-keepalive-min-time (5s by default).
 	KeepAlive time.Duration `yaml:"keepalive"`
+	// AdvertiseURL is where runners reach this instance's API (default:
+	// http.addr's scheme and address, the host name for an unspecified
+	// host): the leader puts it in the election, and a follower sends a
+	// runner there.
+	AdvertiseURL string `yaml:"advertise_url"`
 }
 
 // Log configures logging.
@@ -374,6 +380,11 @@ func (c *Config) Validate() error {
 		}
 		if h.AuditRetention < 0 {
 			return keyErr("ha.audit_retention", "must not be negative")
+		}
+		if h.AdvertiseURL != "" {
+			if pu, err := url.Parse(h.AdvertiseURL); err != nil || pu.Host == "" || (pu.Scheme != "http" && pu.Scheme != "https") {
+				return keyErr("ha.advertise_url", "%q is not a URL (want https://host:port)", h.AdvertiseURL)
+			}
 		}
 	}
 	switch strings.ToLower(c.Log.Level) {

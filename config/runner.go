@@ -103,13 +103,8 @@ func (f *RunnerFile) validate() error {
 		return keyErr("runner.bridges", "required: at least one bridge URL")
 	}
 	for i, u := range r.Bridges {
-		pu, err := url.Parse(u)
-		k := fmt.Sprintf("runner.bridges[%d]", i)
-		switch {
-		case err != nil || pu.Host == "" || (pu.Scheme != "http" && pu.Scheme != "https"):
-			return keyErr(k, "%q is not a URL (want https://host:port)", u)
-		case pu.Scheme == "http" && !r.Insecure && !loopback(pu.Hostname()):
-			return keyErr(k, "plaintext to %s crosses a network: use https:// (or runner.insecure: true)", pu.Hostname())
+		if err := CheckBridgeURL(u, r.Insecure); err != nil {
+			return keyErr(fmt.Sprintf("runner.bridges[%d]", i), "%v", err)
 		}
 	}
 	if r.TokenFile == "" {
@@ -124,6 +119,19 @@ func (f *RunnerFile) validate() error {
 		default:
 			return keyErr("agents."+name+".kind", "unknown kind %q (want exec, claude or codex)", a.Kind)
 		}
+	}
+	return nil
+}
+
+// CheckBridgeURL checks a bridge URL a runner connects to: its
+// runner.bridges, and the leader a follower sends it to.
+func CheckBridgeURL(u string, insecure bool) error {
+	pu, err := url.Parse(u)
+	switch {
+	case err != nil || pu.Host == "" || (pu.Scheme != "http" && pu.Scheme != "https"):
+		return fmt.Errorf("%q is not a URL (want https://host:port)", u)
+	case pu.Scheme == "http" && !insecure && !loopback(pu.Hostname()):
+		return fmt.Errorf("plaintext to %s crosses a network: use https:// (or runner.insecure: true)", pu.Hostname())
 	}
 	return nil
 }

@@ -267,7 +267,7 @@ func (b *Bridge) hub() {
 	}
 	b.runners = runners.NewHub(runners.HubOptions{Store: b.opts.Store, Clock: b.opts.Clock, Log: b.log,
 		Hosts: cfg.RunnerHosts(), Grace: cfg.Runners.Grace, Heartbeat: cfg.Runners.Heartbeat, Watch: b.opts.RunnerWatch,
-		Leading: leading, Requests: b.svc, Tasks: b.del})
+		Leading: leading, LeaderURL: b.leaderURL, Requests: b.svc, Tasks: b.del})
 	b.del.Remote = b.runners // a runner-hosted agent's background commands run on its runner
 	b.met.Registry().MustRegister(b.runners)
 }

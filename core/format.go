@@ -88,6 +88,8 @@ type Instance struct {
 	Version string `json:"version"`
 	// Format is the newest store format the binary knows.
 	Format int `json:"format"`
+	// URL is where runners reach its API (ha.advertise_url).
+	URL string `json:"url,omitempty"`
 }
 
 // Self is this instance, named name.
@@ -148,8 +150,7 @@ func (b *Bridge) readyDetail(ctx context.Context) any {
 			d["leader_error"] = err.Error()
 		} else if v != "" {
 			var leader any = v
-			var in Instance
-			if json.Unmarshal([]byte(v), &in) == nil {
+			if in, ok := parseInstance(v); ok {
 				leader = in
 			}
 			d["leader"] = leader
@@ -173,4 +174,26 @@ func (b *Bridge) serveBackup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b.log.InfoContext(r.Context(), "store backup taken", "records", info.Records, "format", info.Format)
+}
+
+// parseInstance reads an election value (an Instance; an older binary's
+// may be a plain name).
+func parseInstance(v string) (Instance, bool) {
+	var in Instance
+	return in, json.Unmarshal([]byte(v), &in) == nil
+}
+
+// leaderURL is the leader's advertised URL, as the election says ("": no
+// leader, none advertised, or no election).
+func (b *Bridge) leaderURL(ctx context.Context) string {
+	li, ok := b.opts.Leadership.(leaderInfo)
+	if !ok {
+		return ""
+	}
+	v, err := li.Leader(ctx)
+	if err != nil {
+		return ""
+	}
+	in, _ := parseInstance(v)
+	return in.URL
 }

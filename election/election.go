@@ -244,7 +244,10 @@ func (l *Leadership) campaign(ctx context.Context, sess *concurrency.Session, e 
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
 	done := make(chan error, 1)
-	go func() { done <- e.Campaign(cctx, l.o.Value) }()
+	l.mu.Lock()
+	value := l.o.Value
+	l.mu.Unlock()
+	go func() { done <- e.Campaign(cctx, value) }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -360,6 +363,15 @@ func (l *Leadership) eligible(ctx context.Context) bool {
 	}
 	sleep(ctx, eligibleEvery)
 	return false
+}
+
+// SetValue sets the leader key's value of the next campaigns
+// (Options.Value): the bridge knows its API's address only once it
+// listens.
+func (l *Leadership) SetValue(v string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.o.Value = v
 }
 
 // Ineligible is why this instance does not campaign ("": it does).

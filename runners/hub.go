@@ -56,6 +56,9 @@ type HubOptions struct {
 	// Leading tells whether this instance leads (nil: always). A follower
 	// refuses runners.
 	Leading func() bool
+	// LeaderURL, if set, is the leader's advertised URL, which a follower
+	// gives a runner it refuses ("": none known).
+	LeaderURL func(ctx context.Context) string
 	// Requests, if set, is where the hub says why an away runner's agents'
 	// queued requests wait (their activity; nil: it does not).
 	Requests *requests.Service
@@ -231,7 +234,7 @@ func (h *Hub) Changed() <-chan struct{} {
 func (h *Hub) connect(stream grpc.ServerStream) error {
 	ctx := stream.Context()
 	if h.o.Leading != nil && !h.o.Leading() {
-		return status.Error(codes.FailedPrecondition, "this bridge does not lead: try the next URL")
+		return h.notLeading(stream)
 	}
 	var hello Frame
 	if err := stream.RecvMsg(&hello); err != nil {
@@ -574,4 +577,21 @@ func (h *Hub) Revoke(ctx context.Context, name string) error {
 	h.mu.Unlock()
 	h.o.Log.Info("runner revoked", "runner", name)
 	return nil
+}
+
+// LeaderTrailer is the trailer key in which a follower that refuses a
+// runner names the leader's URL.
+const LeaderTrailer = "roombridge-leader-url"
+
+// notLeading refuses a runner at a follower, naming the leader's URL (a
+// trailer) when the election tells it.
+func (h *Hub) notLeading(stream grpc.ServerStream) error {
+	msg := "this bridge does not lead: try the next URL"
+	if h.o.LeaderURL != nil {
+		if u := h.o.LeaderURL(stream.Context()); u != "" {
+			stream.SetTrailer(metadata.Pairs(LeaderTrailer, u))
+			msg = "this bridge does not lead: the leader is at " + u
+		}
+	}
+	return status.Error(codes.FailedPrecondition, msg)
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net/url"
@@ -49,6 +50,10 @@ type RunnerOptions struct {
 	// Workdirs are where each agent's background commands run ("": the
 	// runner's directory).
 	Workdirs map[string]string
+	// Follow, if set, checks a leader's URL that a follower named when it
+	// refused the runner: the runner tries it next if Follow accepts it
+	// (nil: followers' hints are ignored).
+	Follow func(url string) error
 }
 
 // ErrRefused wraps a refusal that retrying does not cure (a revoked
@@ -125,10 +130,19 @@ func (r *Runner) Run(ctx context.Context) error {
 	var b backoff
 	for {
 		held := false
-		for _, u := range r.o.URLs {
+		queue, tried := slices.Clone(r.o.URLs), map[string]bool{}
+		for len(queue) > 0 {
+			u := queue[0]
+			if queue = queue[1:]; tried[u] {
+				continue
+			}
+			tried[u] = true
 			connected, err := r.session(ctx, u)
 			if ctx.Err() != nil {
 				return nil
+			}
+			if l := r.leaderHint(u, err); l != "" && !tried[l] {
+				queue = append([]string{l}, queue...)
 			}
 			if connected {
 				b = backoff{}
@@ -223,12 +237,19 @@ func (r *Runner) session(ctx context.Context, u string) (connected bool, _ error
 	r.mu.Unlock()
 	names := slices.Sorted(maps.Keys(r.o.Agents))
 	hello := Frame{Type: FrameHello, Runner: r.o.Name, Instance: r.instance, Agents: names, Live: live, Tasks: r.jobKeys()}
-	if err := c.send(hello); err != nil {
-		return false, r.unwelcome(late, refusal(err, st))
-	}
 	var welcome Frame
-	if err := st.RecvMsg(&welcome); err != nil {
-		return false, r.unwelcome(late, refusal(err, nil))
+	err = c.send(hello)
+	if err == nil || errors.Is(err, io.EOF) {
+		// A send that found the stream ended (io.EOF): its status, and
+		// the trailer with it, come with the next receive.
+		err = st.RecvMsg(&welcome)
+	}
+	if err != nil {
+		err = refusal(err, nil)
+		if l := st.Trailer().Get(LeaderTrailer); len(l) == 1 {
+			err = &notLeader{leader: l[0], err: err}
+		}
+		return false, r.unwelcome(late, err)
 	}
 	if !late.Stop() {
 		return false, fmt.Errorf("runner: no welcome from the bridge within %v", r.o.Welcome)
@@ -253,6 +274,30 @@ func (r *Runner) session(ctx context.Context, u string) (connected bool, _ error
 		beat = DefaultHeartbeat
 	}
 	return true, r.serve(ctx, c, beat)
+}
+
+// notLeader is a follower's refusal that names the leader's URL.
+type notLeader struct {
+	leader string
+	err    error
+}
+
+func (e *notLeader) Error() string { return e.err.Error() }
+func (e *notLeader) Unwrap() error { return e.err }
+
+// leaderHint is the leader's URL the bridge at u named when it refused
+// the runner (err), if Follow accepts it; "" otherwise.
+func (r *Runner) leaderHint(u string, err error) string {
+	var nl *notLeader
+	if !errors.As(err, &nl) || nl.leader == u || r.o.Follow == nil {
+		return ""
+	}
+	if ferr := r.o.Follow(nl.leader); ferr != nil {
+		r.o.Log.Warn("runner: a follower named a leader it may not follow", "url", u, "leader", nl.leader, "error", ferr)
+		return ""
+	}
+	r.o.Log.Info("runner: the bridge does not lead; trying the leader it named", "url", u, "leader", nl.leader)
+	return nl.leader
 }
 
 // unwelcome says why a connection's start failed (call once, on the

@@ -97,6 +97,11 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	}
 	defer ln.Close()
 	addr := ln.Addr().String()
+	inst := core.Self(be.name)
+	if be.advertise != nil {
+		inst.URL = advertiseURL(cfg, ln.Addr())
+		be.advertise(inst.JSON())
+	}
 	if err := os.WriteFile(filepath.Join(cfg.DataDir, addrFile), []byte(addr+"\n"), 0o600); err != nil {
 		return fmt.Errorf("data_dir: %w", err)
 	}
@@ -105,7 +110,7 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	b, err := core.New(work, core.Options{Config: cfg, Store: be.store, Log: log, Connectors: conns,
-		APIToken: token, APIAddr: addr, Leadership: be.leadership, AuditRetention: be.auditFor, Instance: core.Self(be.name)})
+		APIToken: token, APIAddr: addr, Leadership: be.leadership, AuditRetention: be.auditFor, Instance: inst})
 	if err != nil {
 		return err
 	}

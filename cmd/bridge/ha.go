@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -29,6 +30,9 @@ type backend struct {
 	desc     string
 	// name is this instance's name in the election ("": single node).
 	name string
+	// advertise, in HA, sets the election's value: this instance, with
+	// the URL runners reach it at (core.Instance's JSON).
+	advertise func(value string)
 }
 
 // openBackend opens the store of cfg. Single node: bolt in data_dir, whose
@@ -82,8 +86,9 @@ func openBackend(cfg *config.Config, log *slog.Logger) (*backend, error) {
 			_ = st.Close()
 			_ = cli.Close()
 		},
-		desc: fmt.Sprintf("etcd %v prefix %s", cfg.HA.Etcd, cfg.HA.Prefix),
-		name: name,
+		desc:      fmt.Sprintf("etcd %v prefix %s", cfg.HA.Etcd, cfg.HA.Prefix),
+		name:      name,
+		advertise: l.SetValue,
 	}, nil
 }
 
@@ -128,4 +133,23 @@ func (e elected) Claim(ctx context.Context) error {
 		}
 	}
 	return fmt.Errorf("ha: claim: etcd's answers came back later than %v %d times in a row (the process paused, or etcd overloaded): %w", e.fresh, claimTries, store.ErrUnavailable)
+}
+
+// advertiseURL is where runners reach this instance: ha.advertise_url, or
+// the API's scheme and listening address, with the host name for an
+// unspecified host (":7070", "0.0.0.0:7070").
+func advertiseURL(cfg *config.Config, addr net.Addr) string {
+	if cfg.HA != nil && cfg.HA.AdvertiseURL != "" {
+		return cfg.HA.AdvertiseURL
+	}
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return cfg.HTTP.Scheme() + "://" + addr.String()
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		if h, err := os.Hostname(); err == nil {
+			host = h
+		}
+	}
+	return cfg.HTTP.Scheme() + "://" + net.JoinHostPort(host, port)
 }

@@ -60,7 +60,10 @@ func runnerCmd(ctx context.Context, args []string) error {
 		dirs[name] = workdir // its background commands run there too
 	}
 	r, err := runners.NewRunner(runners.RunnerOptions{Name: f.Runner.Name, URLs: f.Runner.Bridges,
-		Token: strings.TrimSpace(string(b)), Agents: rts, Workdirs: dirs, TLS: tlsCfg, Log: log})
+		Token: strings.TrimSpace(string(b)), Agents: rts, Workdirs: dirs, TLS: tlsCfg, Log: log,
+		// A follower names the leader: followed on the same terms as
+		// runner.bridges.
+		Follow: func(u string) error { return config.CheckBridgeURL(u, f.Runner.Insecure) }})
 	if err != nil {
 		return err
 	}

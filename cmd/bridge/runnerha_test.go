@@ -22,8 +22,17 @@ import (
 // failover". It returns the bridges, the runner and the gate.
 func runnerHA(t *testing.T, env0 []string, say string) (bs []*haBridge, runner *proc, gate string) {
 	t.Helper()
+	bs = runnerBridges(t, [][]string{env0, nil})
+	runner, gate = startRunner(t, bs[0], say, bs[0].base, bs[1].base)
+	return bs, runner, gate
+}
+
+// runnerBridges starts a bridge for each of envs on one etcd, agent coder
+// on runner laptop; the first leads.
+func runnerBridges(t *testing.T, envs [][]string) (bs []*haBridge) {
+	t.Helper()
 	srv := etcdtest.Start(t)
-	for i, env := range [][]string{env0, nil} {
+	for i, env := range envs {
 		dir := t.TempDir()
 		cfg := filepath.Join(dir, "bridge.yaml")
 		writeFile(t, cfg, fmt.Sprintf(`owner: acme
@@ -44,8 +53,16 @@ ha: {etcd: [%q], lease_ttl: %s, prefix: /rb}
 			waitLeader(t, bs, 30*time.Second)
 		}
 	}
+	return bs
+}
+
+// startRunner registers runner laptop on the leader and starts it with
+// the bridge URLs urls; its agent reports its session and the message
+// say, waits for the file gate, and answers "answer after failover".
+func startRunner(t *testing.T, leader *haBridge, say string, urls ...string) (runner *proc, gate string) {
+	t.Helper()
 	var tok struct{ Token string }
-	if code := call(t, http.MethodPost, bs[0].base+"/v1/runners", bs[0].token, map[string]string{"name": "laptop"}, &tok); code != http.StatusOK {
+	if code := call(t, http.MethodPost, leader.base+"/v1/runners", leader.token, map[string]string{"name": "laptop"}, &tok); code != http.StatusOK {
 		t.Fatalf("runners add: HTTP %d", code)
 	}
 	rdir := t.TempDir()
@@ -58,13 +75,13 @@ echo '{"type":"message","text":"`+say+`"}'
 while [ ! -e `+gate+` ]; do sleep 0.02; done
 echo '{"type":"final","text":"answer after failover"}'
 `)
-	writeFile(t, filepath.Join(rdir, "runner.yaml"), fmt.Sprintf(`runner: {name: laptop, bridges: [%s, %s], token_file: token}
+	writeFile(t, filepath.Join(rdir, "runner.yaml"), fmt.Sprintf(`runner: {name: laptop, bridges: [%s], token_file: token}
 agents:
   coder: {kind: exec, command: [sh, agent.sh], workdir: .}
-`, bs[0].base, bs[1].base))
+`, strings.Join(urls, ", ")))
 	runner = startBinary(t, bridgeBin, rdir, nil, "runner", "--config", "runner.yaml")
-	waitRunner(t, bs[0].base, bs[0].token, "connected")
-	return bs, runner, gate
+	waitRunner(t, leader.base, leader.token, "connected")
+	return runner, gate
 }
 
 // finishAfterFailover lets the runner's agent answer once bs[1] leads and
@@ -169,5 +186,28 @@ func TestRunnerEndInFlightAtFailover(t *testing.T) {
 	checkAdopted(t, bs, runner, next, r.ID)
 	if n := strings.Count(runner.Stderr(), "runner: turn re-attached"); n != 1 {
 		t.Fatalf("the runner re-attached the turn %d times, want once (the new leader):\n%s", n, runner.Stderr())
+	}
+}
+
+// TestRunnerFollowsTheLeader: three bridges on one etcd; the runner knows
+// one URL, the third bridge's, which never leads. That follower sends it to
+// the leader (the election's advertised URL), where the turn runs. The
+// leader is SIGKILLed: the runner, back at its one URL, is sent to the new
+// leader, which adopts the turn; the answer lands once.
+func TestRunnerFollowsTheLeader(t *testing.T) {
+	bs := runnerBridges(t, [][]string{nil, nil, nil})
+	runner, gate := startRunner(t, bs[0], "started on the runner", bs[2].base)
+	if !strings.Contains(runner.Stderr(), "trying the leader it named") {
+		t.Errorf("the runner did not follow the follower's hint:\n%s", runner.Stderr())
+	}
+	r := bs[0].create("@coder go")
+	bs[0].waitRequest(r.ID, "with its session", 30*time.Second, func(r requests.Request) bool { return r.Session == "s-9" })
+	if err := bs[0].p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-bs[0].p.done
+	next := finishAfterFailover(t, bs, runner, gate, r.ID)
+	if next != bs[1] {
+		t.Fatalf("bridge %s leads after the failover, want the second (the third's URL is the runner's)", next.base)
 	}
 }
