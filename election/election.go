@@ -383,7 +383,12 @@ func (l *Leadership) Ineligible() string {
 
 // Leader returns the value of the leader key (Options.Value of the
 // instance that leads), "" when none leads.
+//
+// It waits at most a second: /readyz and a runner's refusal ask it, and an
+// etcd out of reach must not hold them up.
 func (l *Leadership) Leader(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
 	resp, err := l.o.Client.Get(ctx, l.o.Prefix+"/", clientv3.WithFirstCreate()...)
 	if err != nil {
 		return "", fmt.Errorf("election: leader: %w", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -65,8 +66,13 @@ func openBackend(cfg *config.Config, log *slog.Logger) (*backend, error) {
 		Name: name, Value: core.Self(name).JSON(), Log: log,
 		// A binary older than the store's format never leads it.
 		Eligible: func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, max(cfg.HA.LeaseTTL, time.Second))
+			defer cancel()
 			_, err := migrate.Check(ctx, st, core.KnownFormat())
-			return err
+			if fe := (*store.FormatError)(nil); errors.As(err, &fe) || errors.Is(err, store.ErrRestoring) {
+				return err
+			}
+			return nil // etcd out of reach: the campaign finds out
 		},
 	})
 	if err != nil {
