@@ -74,6 +74,14 @@ func (rt *Router) Room(surface, channel string) (config.Room, bool) {
 // RoomNamed returns the room called name.
 func (rt *Router) RoomNamed(name string) (config.Room, bool) { return rt.rooms.Named(name) }
 
+// Duplicate counts a redelivery of ev that its connector answered as
+// before, without calling Handle (internal/handled).
+func (rt *Router) Duplicate(ev chat.Event) {
+	if rt.OnInbound != nil {
+		rt.OnInbound(ev.Surface, ev.Kind, true)
+	}
+}
+
 // Handle implements chat.Handler.
 func (rt *Router) Handle(ctx context.Context, ev chat.Event) chat.Response {
 	var msg string

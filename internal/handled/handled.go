@@ -77,6 +77,9 @@ type Answer struct {
 // without an ID always goes to h and is not recorded.
 func (s *Set) Handle(ctx context.Context, h chat.Handler, ev chat.Event) Answer {
 	if a, ok := s.repeat(ev.ID); ok {
+		if d, ok := h.(duplicates); ok {
+			d.Duplicate(ev)
+		}
 		return a
 	}
 	r := h.Handle(ctx, ev)
@@ -87,6 +90,12 @@ func (s *Set) Handle(ctx context.Context, h chat.Handler, ev chat.Event) Answer 
 		s.record(ev.ID, r)
 	}
 	return Answer{Response: r, Tell: true}
+}
+
+// duplicates is a handler that counts the redeliveries answered without it
+// (rooms.Router: its inbound metrics).
+type duplicates interface {
+	Duplicate(ev chat.Event)
 }
 
 // repeat returns the recorded answer to id, claiming its telling if no
