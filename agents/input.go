@@ -41,7 +41,8 @@ const (
 	// <owner>/<request key>/mcp/<key digest>. A resumed turn that repeats a
 	// call, or a call sent again, gets the recorded answer (see CallKey). A
 	// request's records go when its turn ends (park or end): no later turn
-	// repeats them.
+	// repeats them. None is written for a request that has ended (an ask
+	// journaled after its turn: recordAsk).
 	bucketCalls = "agent_calls"
 )
 
