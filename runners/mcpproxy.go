@@ -163,11 +163,11 @@ func (p *mcpProxy) rewrite(*httputil.ProxyRequest) {}
 // retrier sends a call to the bridge the runner is attached to, with the
 // turn's token (both read again for each send: a new leader gives the turn
 // a new token), and sends a JSON-RPC call again when the bridge went away
-// without answering it (no answer at all, or 502/503/504: a follower, a
-// fenced or stopping leader): once the runner has re-attached, on its
+// without answering it (no answer at all, an answer cut halfway, or
+// 502/503/504: a follower, a fenced or stopping leader): once the runner has re-attached, on its
 // current bridge, with the call's idempotency key, until the agent gives up
-// the call or the turn ends. Every other header and the answer, streamed,
-// go as they came.
+// the call or the turn ends. A keyed call's answer is read whole first
+// (readWhole); every other header and answer, streamed, go as they came.
 type retrier struct {
 	p    *mcpProxy
 	next http.RoundTripper
@@ -191,6 +191,11 @@ func (t retrier) RoundTrip(out *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		resp, err := t.next.RoundTrip(req)
+		if err == nil && c.key != "" && !unanswered(resp.StatusCode) {
+			if err = readWhole(resp); err != nil {
+				resp = nil // cut halfway: as good as no answer
+			}
+		}
 		if !c.again || ctx.Err() != nil || err == nil && !unanswered(resp.StatusCode) {
 			return resp, err
 		}
@@ -205,6 +210,34 @@ func (t retrier) RoundTrip(out *http.Request) (*http.Response, error) {
 		t.p.r.o.Log.Warn("runner: mcp call got no answer; sending it again", "url", conn.base, "sends", sends, "error", why)
 		on, pause = conn, min(2*pause, maxRetryPause)
 	}
+}
+
+// maxAnswerBody bounds the answer of a keyed call that the proxy reads
+// whole (the bridge's /mcp answers a call with one JSON body, its
+// JSONResponse mode; an MCP answer is a small JSON-RPC message). Past it,
+// the rest is streamed as it comes.
+const maxAnswerBody = 16 << 20
+
+// readWhole reads resp's body whole before the proxy hands the answer on,
+// so an answer cut halfway (the connection dropped mid-body) is an error
+// here, and the call is sent again with its key, rather than half an
+// answer the agent cannot use. On error the body is closed.
+func readWhole(resp *http.Response) error {
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBody+1))
+	if err != nil {
+		_ = resp.Body.Close()
+		return fmt.Errorf("reading the answer: %w", err)
+	}
+	if len(b) > maxAnswerBody {
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(b), resp.Body), resp.Body}
+		return nil
+	}
+	_ = resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	return nil
 }
 
 // unanswered reports whether status says the bridge did not carry the call
