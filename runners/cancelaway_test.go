@@ -22,13 +22,31 @@ import (
 // and the request stayed running). When the runner comes back, its live
 // turn is stopped (Hub.stopEnded).
 func TestCancelWhileRunnerCutOff(t *testing.T) {
+	cancelWhileCutOff(t)
+}
+
+// TestStoppedEndedTurnForgotten: the turn the hub stopped because its
+// request had ended (Hub.stopEnded: no turn of the bridge's holds it) is
+// forgotten by the runner once stopped: nothing of it is kept (before: its
+// end stayed buffered, and the turn listed live in every hello, for the
+// runner's life, as nobody would ever record that end).
+func TestStoppedEndedTurnForgotten(t *testing.T) {
+	r := cancelWhileCutOff(t)
+	waitFor(t, "the runner to forget the stopped turn", func() bool { return r.Buffered() == 0 })
+}
+
+// cancelWhileCutOff runs a turn on runner laptop, cancels its request
+// while the runner is cut off, checks that the request is cancelled, lets
+// the runner back and returns it once its turn stopped.
+func cancelWhileCutOff(t *testing.T) *runners.Runner {
+	t.Helper()
 	b := startBridge(t)
 	ctx := context.Background()
 	tok := addRunner(t, b.DB, "laptop")
 	p := tcpcut.New(t, strings.TrimPrefix(b.URL, "http://"))
 	rt := stopped{gone: make(chan struct{})}
 	var logs syncbuf.Buffer
-	goRunner(t, runners.RunnerOptions{Name: "laptop", URLs: []string{p.URL()}, Token: tok,
+	r, _, _ := goRunner(t, runners.RunnerOptions{Name: "laptop", URLs: []string{p.URL()}, Token: tok,
 		Agents: map[string]agents.Runtime{"coder": rt}, Retry: 10 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	waitConnected(t, b, "laptop")
@@ -52,4 +70,5 @@ func TestCancelWhileRunnerCutOff(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("the cancelled request's turn still runs on the runner after it came back; logs:\n%s", logs.String())
 	}
+	return r
 }
