@@ -38,11 +38,10 @@ func (s *Scheduler) Call(ctx context.Context, id requests.ID, ev TurnEvent) Resp
 	if ev.ID == "" {
 		return s.call(ctx, id, ev, CallKey{})
 	}
-	r, err := s.svc.Get(ctx, id)
-	if err != nil {
-		return Response{Error: fmt.Sprintf("%s: %v", ev.Type, err)}
-	}
-	return s.call(ctx, id, ev, MCPCallKey(requestKey(r), ev))
+	// The key names the request by its store key, which the service's
+	// owner and the ID make: no read here (the call's own transaction
+	// reads the request).
+	return s.call(ctx, id, ev, MCPCallKey(ownedKey(s.svc.Owner(), id), ev))
 }
 
 // call is Call with the call's idempotency key (zero: none).
