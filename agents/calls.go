@@ -38,11 +38,10 @@ func (s *Scheduler) Call(ctx context.Context, id requests.ID, ev TurnEvent) Resp
 	if ev.ID == "" {
 		return s.call(ctx, id, ev, CallKey{})
 	}
-	r, err := s.svc.Get(ctx, id)
-	if err != nil {
-		return Response{Error: fmt.Sprintf("%s: %v", ev.Type, err)}
-	}
-	return s.call(ctx, id, ev, MCPCallKey(requestKey(r), ev))
+	// The key names the request by its store key, which the service's
+	// owner and the ID make: no read here (the call's own transaction
+	// reads the request).
+	return s.call(ctx, id, ev, MCPCallKey(ownedKey(s.svc.Owner(), id), ev))
 }
 
 // call is Call with the call's idempotency key (zero: none).
@@ -185,11 +184,31 @@ func (s *Scheduler) askPeople(ctx context.Context, id requests.ID, ev TurnEvent,
 		}
 		// Recorded even if the call is cut now: the ask is open, and the
 		// call sent again must wait on it, not open another.
-		if err := s.svc.Store().Update(context.WithoutCancel(ctx), func(tx store.Tx) error { return RecordCallTx(tx, key, rec) }); err != nil {
+		if err := s.recordAsk(context.WithoutCancel(ctx), id, key, rec); err != nil {
 			return approvals.Decision{}, err
 		}
 	}
 	return o.Wait(ctx, askID)
+}
+
+// recordAsk journals the ask an agent's call opened (rec) under key,
+// unless request id has ended: its turn is over, and the end forgot its
+// calls (forgetCallsTx) in the transaction that ended it, so an entry
+// written now would never be deleted. Reading the state in the same
+// transaction as the write leaves no gap: an end committed first is seen
+// here, one committed after deletes what this wrote.
+func (s *Scheduler) recordAsk(ctx context.Context, id requests.ID, key CallKey, rec Response) error {
+	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
+		r, err := s.svc.GetTx(tx, id)
+		if err != nil || r.State.Terminal() {
+			return err
+		}
+		return RecordCallTx(tx, key, rec)
+	})
+	if err != nil {
+		return fmt.Errorf("agents: journal %s of %s: %w", key, id, err)
+	}
+	return nil
 }
 
 // CallKey is the idempotency key of an exec-protocol call: its request, the

@@ -41,14 +41,20 @@ const (
 	// <owner>/<request key>/mcp/<key digest>. A resumed turn that repeats a
 	// call, or a call sent again, gets the recorded answer (see CallKey). A
 	// request's records go when its turn ends (park or end): no later turn
-	// repeats them.
+	// repeats them. None is written for a request that has ended (an ask
+	// journaled after its turn: recordAsk).
 	bucketCalls = "agent_calls"
 )
 
 // ErrEnded: the request has ended; input for it cannot be delivered.
 var ErrEnded = errors.New("the request has ended")
 
-func requestKey(r *requests.Request) string { return r.Owner + "/" + r.ID.Key() }
+func requestKey(r *requests.Request) string { return ownedKey(r.Owner, r.ID) }
+
+// ownedKey is the key of the request of owner with id in this package's
+// buckets (requestKey): a request of the scheduler's service has its
+// owner (requests.Service.Owner).
+func ownedKey(owner string, id requests.ID) string { return owner + "/" + id.Key() }
 
 // DeliverTx queues in for request id's next turn, inside the caller's
 // transaction. It is never spliced into a running turn: the agent gets it at

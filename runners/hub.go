@@ -290,9 +290,10 @@ func (h *Hub) connect(stream grpc.ServerStream) error {
 }
 
 // stopEnded cancels the turns the runner says are alive whose request has
-// ended meanwhile (cancelled while no leader ran it: the next leader ended
-// it without a turn, so no turn of the scheduler's will ever tell the
-// runner): their processes stop instead of working on unattended. A
+// ended meanwhile (cancelled while no leader ran it, or while its runner
+// was cut off: it ended without a turn of the scheduler's to tell the
+// runner): their processes stop instead of working on unattended, and the
+// runner forgets them (Frame.Ended: no end of theirs will be recorded). A
 // request that cannot be read is left alone (its turn, if any, is the
 // scheduler's to settle).
 func (h *Hub) stopEnded(ctx context.Context, hello Frame, c *conn) {
@@ -309,7 +310,7 @@ func (h *Hub) stopEnded(ctx context.Context, hello Frame, c *conn) {
 			continue
 		}
 		h.o.Log.Info("runner: a live turn's request has ended; stopping it", "runner", hello.Runner, "request_id", s, "state", r.State.String())
-		_ = c.send(Frame{Type: FrameCancel, Request: s})
+		_ = c.send(Frame{Type: FrameCancel, Request: s, Ended: true})
 	}
 }
 

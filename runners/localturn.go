@@ -107,16 +107,17 @@ func (lt *localTurn) acked(seq int) (forget bool) {
 	return false
 }
 
-// abandon lets go of a turn replaced by another of its request: its frames
-// no longer go out (the bridge would take them for the new turn's), and
-// if it still runs it is stopped.
-func (lt *localTurn) abandon() {
+// abandon lets go of a turn that no turn of the bridge's holds any more
+// (why: replaced by another of its request, or its request has ended):
+// its frames no longer go out (the bridge would take them for another
+// turn's), and if it still runs it is stopped.
+func (lt *localTurn) abandon(why string) {
 	lt.mu.Lock()
 	lt.setOnLocked(nil)
 	ended := lt.ended
 	lt.mu.Unlock()
 	if !ended {
-		lt.r.o.Log.Warn("runner: a turn replaced by another of its request; stopping it", "request_id", lt.req, "turn", lt.number)
+		lt.r.o.Log.Warn("runner: a turn "+why+"; stopping it", "request_id", lt.req, "turn", lt.number)
 		lt.cOnce.Do(func() { close(lt.cancel) })
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -83,6 +84,15 @@ type cut struct {
 // asking request once ended, and what the cut saw.
 func cutRun(t *testing.T, tool string, args map[string]any, after func(b *coretest.Bridge, id string) string) (*coretest.Bridge, *requests.Request, cut) {
 	t.Helper()
+	return cutRunAt(t, false, tool, args, after)
+}
+
+// cutRunAt is cutRun, or with midBody the bridge's connection instead
+// drops halfway through the answer of the call it carried out (the
+// headers and half the body sent, then the connection closed, the
+// network kept): the call is sent again on the same URL.
+func cutRunAt(t *testing.T, midBody bool, tool string, args map[string]any, after func(b *coretest.Bridge, id string) string) (*coretest.Bridge, *requests.Request, cut) {
+	t.Helper()
 	var bridge atomic.Pointer[coretest.Bridge]
 	var net atomic.Pointer[tcpcut.Proxy]
 	var first atomic.Bool
@@ -113,7 +123,11 @@ func cutRun(t *testing.T, tool string, args map[string]any, after func(b *corete
 				c.version = rs[0].Version
 			}
 			seen <- c
-			net.Load().Cut() // ...and the network goes before its answer
+			if midBody {
+				halfAnswer(w, rec) // ...and the connection drops halfway through its answer
+			} else {
+				net.Load().Cut() // ...and the network goes before its answer
+			}
 			panic(http.ErrAbortHandler)
 		})
 	}
@@ -140,13 +154,30 @@ func cutRun(t *testing.T, tool string, args map[string]any, after func(b *corete
 	}
 	select {
 	case a := <-again:
-		if want := next.Addr() + " " + c.key; a != want {
+		want := next.Addr() + " " + c.key
+		if midBody {
+			want = p.Addr() + " " + c.key
+		}
+		if a != want {
 			t.Errorf("the call was sent again to and with %q, want %q (the runner's current bridge, the same key)", a, want)
 		}
 	default:
 		t.Errorf("the %s call was never sent again", tool)
 	}
 	return b, got, c
+}
+
+// halfAnswer sends rec's headers, its length, and half its body, flushed:
+// the answer then stops short.
+func halfAnswer(w http.ResponseWriter, rec *httptest.ResponseRecorder) {
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	body := rec.Body.Bytes()
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(rec.Code)
+	_, _ = w.Write(body[:len(body)/2])
+	_ = http.NewResponseController(w).Flush()
 }
 
 // sentWithKey checks that the cut call was carried out and carried an
@@ -231,6 +262,32 @@ func TestMCPProgressCutMidCall(t *testing.T) {
 	}
 	if want := fmt.Sprintf(`{"ok":true} version %d progress 40`, c.version); a.Result != want {
 		t.Errorf("the agent answered %q, want %q (the report applied once)", a.Result, want)
+	}
+	if n := replayed(t, b, a.ID); n != 1 {
+		t.Errorf("%d call_replayed records, want 1 (the call sent again)", n)
+	}
+	sentWithKey(t, c)
+}
+
+// TestMCPAnswerCutMidBody: the bridge carried out an ask_agent call and
+// its connection drops halfway through the answer's body. The runner's
+// proxy reads a keyed call's answer whole before handing it to the agent,
+// so the cut answer counts as none: the call is sent again with its key
+// and the agent gets the first answer whole (before: the proxy had
+// already passed the headers and half the body on, and the agent's call
+// failed on a truncated answer).
+func TestMCPAnswerCutMidBody(t *testing.T) {
+	b, a, c := cutRunAt(t, true, "ask_agent", map[string]any{"agent": "helper", "text": "check the build"},
+		func(*coretest.Bridge, string) string { return "" })
+	if a.State != requests.Done {
+		t.Fatalf("the asking request is %s (%s), want done: the cut answer was not resent whole", a.State, a.Reason)
+	}
+	all, err := b.Requests().List(context.Background(), requests.Filter{Agent: "helper"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 1 || !strings.HasPrefix(a.Result, `{"request_id":"`+all[0].ID.String()+`"}`) {
+		t.Errorf("the agent got %q; delegated requests %d, want one, named in the answer", a.Result, len(all))
 	}
 	if n := replayed(t, b, a.ID); n != 1 {
 		t.Errorf("%d call_replayed records, want 1 (the call sent again)", n)

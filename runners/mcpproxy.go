@@ -32,6 +32,11 @@ type mcpProxy struct {
 	tr  *http.Transport
 	mu  sync.Mutex
 	tok map[string]*localTurn // local token → turn
+	// sessions counts the MCP sessions the agent's clients began with a
+	// local token (their handshakes, rpcCall.begins): a client that restarts
+	// numbers its JSON-RPC ids from the start again, and the session
+	// tells its calls apart from the last one's (callKey).
+	sessions map[string]int
 }
 
 func newMCPProxy(r *Runner) (*mcpProxy, error) {
@@ -39,7 +44,7 @@ func newMCPProxy(r *Runner) (*mcpProxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runner: mcp listen: %w", err)
 	}
-	p := &mcpProxy{r: r, url: "http://" + ln.Addr().String() + "/mcp", tok: map[string]*localTurn{}}
+	p := &mcpProxy{r: r, url: "http://" + ln.Addr().String() + "/mcp", tok: map[string]*localTurn{}, sessions: map[string]int{}}
 	// The bridge's /mcp is on the same port as its gRPC: an https bridge
 	// is trusted as the runner's connection trusts it (runner.ca_file),
 	// not by the system roots alone.
@@ -69,7 +74,20 @@ func (p *mcpProxy) issue(lt *localTurn) string {
 func (p *mcpProxy) revoke(tok string) {
 	p.mu.Lock()
 	delete(p.tok, tok)
+	delete(p.sessions, tok)
 	p.mu.Unlock()
+}
+
+// session returns the number of the MCP session that a call with local
+// token tok belongs to, after counting one more if the call begins one
+// (initialize).
+func (p *mcpProxy) session(tok string, begins bool) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if begins {
+		p.sessions[tok]++
+	}
+	return p.sessions[tok]
 }
 
 // maxCallBody bounds a call the proxy keeps to send again (an MCP call is
@@ -118,43 +136,57 @@ func (p *mcpProxy) gate(next http.Handler) http.Handler {
 			return
 		}
 		c := &call{lt: lt, local: tok, path: req.URL.Path, query: req.URL.RawQuery, body: body}
-		if req.Method == http.MethodPost {
-			c.key, c.again = callKey(tok, body)
+		if m, ok := parseCall(body); ok && req.Method == http.MethodPost {
+			c.key, c.again = m.key(tok, p.session(tok, m.begins())), true
 		}
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), callCtxKey{}, c)))
 	})
 }
 
-// callKey is the idempotency key of the JSON-RPC request body of the turn
-// whose local token is local, and whether body is a JSON-RPC message at all
-// (a batch or something else is sent once, as it came). The key is the
-// digest of the local token, the request's id, its method and the digest of
-// its params. Stable: the proxy sends the same key with each send of the
-// call, and an agent that sends the same message again itself (same id,
-// same params) gets the same key. Unique: the local token is random per
-// turn on the runner, and within one MCP session a JSON-RPC id is never
-// reused (the MCP spec); the method and params tell apart an id a client
-// reuses in a new session for another call (one reused for the very same
-// call gets the first answer). A notification (no id) has no key.
-func callKey(local string, body []byte) (string, bool) {
-	var m struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-		Params json.RawMessage `json:"params"`
-	}
+// rpcCall is a JSON-RPC message an agent sent.
+type rpcCall struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+}
+
+// parseCall parses body as one JSON-RPC message, and reports whether it is
+// one (a batch or something else is sent once, as it came).
+func parseCall(body []byte) (rpcCall, bool) {
+	var m rpcCall
 	if json.Unmarshal(body, &m) != nil || m.Method == "" {
-		return "", false
+		return rpcCall{}, false
 	}
+	return m, true
+}
+
+// begins reports whether m begins an MCP session: a client's handshake,
+// initialize or (the stateless protocol, SEP-2575) server/discover.
+func (m rpcCall) begins() bool { return m.Method == "initialize" || m.Method == "server/discover" }
+
+// key is the idempotency key of JSON-RPC request m of the turn whose local
+// token is local, sent in the turn's MCP session number session ("" for a
+// notification: no key). The key is the digest of the local token, the
+// session, the request's id, its method and the digest of its params.
+// Stable: the proxy sends the same key with each send of the call, and an
+// agent that sends the same message again itself in the same session (same
+// id, same params) gets the same key. Unique: the local token is random per
+// turn on the runner, and within one MCP session a JSON-RPC id is never
+// reused (the MCP spec); a client that restarts within the turn begins a
+// new session (its handshake) and may reuse its ids, even for the very same
+// call, which is then a new one. The method and params tell apart an id
+// reused by clients whose sessions overlap.
+func (m rpcCall) key(local string, session int) string {
 	if len(m.ID) == 0 || string(m.ID) == "null" {
-		return "", true
+		return ""
 	}
 	var params bytes.Buffer
 	_ = json.Compact(&params, m.Params)
 	ps := sha256.Sum256(params.Bytes())
 	h := sha256.New()
-	fmt.Fprintf(h, "roombridge-mcp-call\x00%s\x00%s\x00%s\x00%x", local, m.ID, m.Method, ps)
-	return hex.EncodeToString(h.Sum(nil)), true
+	fmt.Fprintf(h, "roombridge-mcp-call\x00%s\x00%d\x00%s\x00%s\x00%x", local, session, m.ID, m.Method, ps)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // rewrite leaves the call to retrier, which addresses each send.
@@ -163,11 +195,11 @@ func (p *mcpProxy) rewrite(*httputil.ProxyRequest) {}
 // retrier sends a call to the bridge the runner is attached to, with the
 // turn's token (both read again for each send: a new leader gives the turn
 // a new token), and sends a JSON-RPC call again when the bridge went away
-// without answering it (no answer at all, or 502/503/504: a follower, a
-// fenced or stopping leader): once the runner has re-attached, on its
+// without answering it (no answer at all, an answer cut halfway, or
+// 502/503/504: a follower, a fenced or stopping leader): once the runner has re-attached, on its
 // current bridge, with the call's idempotency key, until the agent gives up
-// the call or the turn ends. Every other header and the answer, streamed,
-// go as they came.
+// the call or the turn ends. A keyed call's answer is read whole first
+// (readWhole); every other header and answer, streamed, go as they came.
 type retrier struct {
 	p    *mcpProxy
 	next http.RoundTripper
@@ -191,6 +223,11 @@ func (t retrier) RoundTrip(out *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		resp, err := t.next.RoundTrip(req)
+		if err == nil && c.key != "" && !unanswered(resp.StatusCode) {
+			if err = readWhole(resp); err != nil {
+				resp = nil // cut halfway: as good as no answer
+			}
+		}
 		if !c.again || ctx.Err() != nil || err == nil && !unanswered(resp.StatusCode) {
 			return resp, err
 		}
@@ -205,6 +242,34 @@ func (t retrier) RoundTrip(out *http.Request) (*http.Response, error) {
 		t.p.r.o.Log.Warn("runner: mcp call got no answer; sending it again", "url", conn.base, "sends", sends, "error", why)
 		on, pause = conn, min(2*pause, maxRetryPause)
 	}
+}
+
+// maxAnswerBody bounds the answer of a keyed call that the proxy reads
+// whole (the bridge's /mcp answers a call with one JSON body, its
+// JSONResponse mode; an MCP answer is a small JSON-RPC message). Past it,
+// the rest is streamed as it comes.
+const maxAnswerBody = 16 << 20
+
+// readWhole reads resp's body whole before the proxy hands the answer on,
+// so an answer cut halfway (the connection dropped mid-body) is an error
+// here, and the call is sent again with its key, rather than half an
+// answer the agent cannot use. On error the body is closed.
+func readWhole(resp *http.Response) error {
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBody+1))
+	if err != nil {
+		_ = resp.Body.Close()
+		return fmt.Errorf("reading the answer: %w", err)
+	}
+	if len(b) > maxAnswerBody {
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(b), resp.Body), resp.Body}
+		return nil
+	}
+	_ = resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	return nil
 }
 
 // unanswered reports whether status says the bridge did not carry the call

@@ -69,6 +69,10 @@ type Frame struct {
 	// Error is a failed turn's reason; Interrupted: it was cut by a drain.
 	Error       string `json:"error,omitempty"`
 	Interrupted bool   `json:"interrupted,omitempty"`
+	// Ended (cancel): the turn's request has ended and no turn of the
+	// bridge's holds it (Hub.stopEnded): the runner stops the turn and
+	// forgets it, as nobody will record or acknowledge its end.
+	Ended bool `json:"ended,omitempty"`
 }
 
 // Turn is an agents.Turn on the wire (without its channels), with the

@@ -385,23 +385,36 @@ func (r *Runner) handle(ctx context.Context, c *rconn, f Frame) {
 			return
 		}
 		if lt != nil {
-			lt.abandon()
+			lt.abandon("replaced by another of its request")
 		}
 		r.start(r.life, c, *f.Turn)
 	case FrameCancel, FrameDrain, FrameReply:
-		if lt != nil {
+		switch {
+		case lt == nil:
+		case f.Type == FrameCancel && f.Ended:
+			// The request has ended with no turn of the bridge's on it
+			// (Hub.stopEnded): nobody will record this turn's end or
+			// acknowledge it, so it is forgotten now, not kept for life.
+			lt.abandon("whose request has ended")
+			r.forget(f.Request, lt)
+		default:
 			lt.control(f)
 		}
 	case FrameTask, FrameTaskStop, FrameTaskAck:
 		r.handleJob(f)
 	case FrameAck:
 		if lt != nil && lt.number == f.Number && lt.acked(f.Seq) {
-			r.mu.Lock()
-			if r.turns[f.Request] == lt {
-				delete(r.turns, f.Request)
-			}
-			r.mu.Unlock()
+			r.forget(f.Request, lt)
 		}
+	}
+}
+
+// forget drops turn lt of request req, unless another has replaced it.
+func (r *Runner) forget(req string, lt *localTurn) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.turns[req] == lt {
+		delete(r.turns, req)
 	}
 }
 

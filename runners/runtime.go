@@ -104,6 +104,9 @@ func (r *Runtime) Run(ctx context.Context, t agents.Turn, sink agents.Sink) (age
 	defer tr.leave()
 	for {
 		x, c, gone, change := tr.where(r.Agent)
+		if c == nil && slices.Contains(tr.told, FrameCancel) {
+			return tr.cancelledAway(ctx, x), nil
+		}
 		if c != nil && c != tr.sent {
 			if err := tr.send(ctx, x, c); err != nil {
 				return agents.Outcome{}, err
@@ -124,7 +127,7 @@ func (r *Runtime) Run(ctx context.Context, t agents.Turn, sink agents.Sink) (age
 		case <-change:
 		case <-tr.cancel:
 			tr.cancel, tr.told = nil, append(tr.told, FrameCancel)
-			tr.tell(c, FrameCancel)
+			tr.tell(c, FrameCancel) // with no runner to tell, the next round ends the turn
 		case <-tr.drain:
 			tr.drain = nil
 			if c == nil {
@@ -136,6 +139,17 @@ func (r *Runtime) Run(ctx context.Context, t agents.Turn, sink agents.Sink) (age
 			return agents.Outcome{}, fmt.Errorf("%w: %w", agents.ErrInterrupted, ctx.Err())
 		}
 	}
+}
+
+// cancelledAway ends a cancelled turn whose runner is cut off (or does
+// not host the agent): no process of ours runs it, so this is the safe
+// point, and the request is cancelled now rather than when the runner
+// comes back. The runner hears of it when it does: its hello lists the
+// turn live, and the hub stops it (stopEnded).
+func (tr *turnRun) cancelledAway(ctx context.Context, x *host) agents.Outcome {
+	tr.h.o.Log.InfoContext(ctx, "runner: a turn cancelled while its runner is away ends now",
+		"runner", x.name, "request_id", tr.t.RequestID)
+	return agents.Outcome{Stopped: true}
 }
 
 // where finds the runner hosting agent and registers the turn with it.

@@ -136,7 +136,8 @@ type Connector struct {
 	answered *handled.Set       // events the core answered, and whether they were told (pool.go)
 	topics   topics             // the topic of each card posted in one (Update)
 
-	perChat *ratelimit.Spacer // sends into one chat, from their starts (chatFloor); key: chat ID or "user:<open_id>"
+	perChat *ratelimit.Spacer // sends into one chat, from their starts (chatFloor); key: chat ID (p2p: p2pChats.key)
+	p2p     p2pChats          // the p2p chat of each user, for perChat's key
 	perMsg  *ratelimit.Spacer // PATCHes of one message; key: message ID
 	perAPI  *ratelimit.Keyed  // app-wide budget of each API; key: API name
 	live    *liveCards        // live messages (stream.go)
@@ -368,10 +369,11 @@ func (c *Connector) Direct(ctx context.Context, user string, m chat.Message) (ch
 	if err != nil {
 		return chat.MessageRef{}, err
 	}
-	id, chatID, err := c.create(ctx, larkim.CreateMessageV1ReceiveIDTypeOpenId, user, "user:"+user, msgType, content, m.IdempotencyKey)
+	id, chatID, err := c.create(ctx, larkim.CreateMessageV1ReceiveIDTypeOpenId, user, c.p2p.key(user), msgType, content, m.IdempotencyKey)
 	if err != nil {
 		return chat.MessageRef{}, err
 	}
+	c.p2p.learn(user, chatID)
 	return chat.MessageRef{Surface: chat.Feishu, Channel: chatID, ID: id}, nil
 }
 
@@ -399,6 +401,11 @@ func (c *Connector) create(ctx context.Context, idType, receiveID, limitKey, msg
 		id, chatID = *resp.Data.MessageId, receiveID
 		if resp.Data.ChatId != nil {
 			chatID = *resp.Data.ChatId
+		}
+		if chatID != limitKey {
+			// Sent by user (a p2p chat): its sends by chat ID wait for
+			// this one and are spaced from it.
+			c.perChat.Share(limitKey, chatID)
 		}
 		return nil
 	})

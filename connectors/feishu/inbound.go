@@ -130,6 +130,9 @@ func (c *Connector) toEvent(ctx context.Context, ev *larkim.P2MessageReceiveV1) 
 	if ev.EventV2Base != nil && ev.EventV2Base.Header != nil {
 		in.ID = ev.EventV2Base.Header.EventID
 	}
+	if str(msg.ChatType) == "p2p" {
+		c.p2p.learn(*sender.SenderId.OpenId, *msg.ChatId)
+	}
 	switch {
 	case str(msg.RootId) != "":
 		in.Kind = chat.Reply

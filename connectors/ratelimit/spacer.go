@@ -133,6 +133,22 @@ func (s *Spacer) do(ctx context.Context, key string, ahead bool, fn func() error
 	return err
 }
 
+// Share makes calls of other spaced with those of key from now on (one
+// target under two names: a chat reached by a user's ID and by its own),
+// when other has had no call the Spacer remembers; it reports whether it
+// did. Called from within a call of key (fn), the calls of other wait for
+// it and are spaced from it.
+func (s *Spacer) Share(key, other string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sl := s.keys[key]
+	if sl == nil || s.keys[other] != nil {
+		return sl != nil && s.keys[other] == sl
+	}
+	s.keys[other] = sl
+	return true
+}
+
 // acquire waits until the slot of key is handed to this caller (or ctx
 // ends: an error, and nothing held).
 func (s *Spacer) acquire(ctx context.Context, key string, ahead bool) (*slot, error) {

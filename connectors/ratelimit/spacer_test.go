@@ -314,3 +314,30 @@ func (tr *trail) names() []string {
 	defer tr.mu.Unlock()
 	return slices.Clone(tr.order)
 }
+
+// Share: once a key shares another's slot (from within a call of it), the
+// calls of both wait for each other and are spaced as one key's; a key
+// that already has its own slot is not joined.
+func TestSpacerShare(t *testing.T) {
+	s := NewSpacer(50 * time.Millisecond)
+	ctx := context.Background()
+	var end time.Time
+	if err := s.Do(ctx, "user:u", func() error {
+		if !s.Share("user:u", "chat") {
+			t.Error("Share of an unused key: false")
+		}
+		end = time.Now()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var start time.Time
+	_ = s.Do(ctx, "chat", func() error { start = time.Now(); return nil })
+	if gap := start.Sub(end); gap < 50*time.Millisecond {
+		t.Errorf("a call of the shared key started %s after the other's ended, want at least 50ms", gap)
+	}
+	_ = s.Do(ctx, "own", func() error { return nil })
+	if s.Share("user:u", "own") {
+		t.Error("Share of a key with its own slot: true")
+	}
+}
