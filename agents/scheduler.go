@@ -252,7 +252,11 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 			var err error
 			r, err = s.svc.ApplyTx(tx, r.ID, requests.Change{Event: requests.Resume, Actor: actor,
 				Detail: "resumed with session " + orNone(r.Session)})
-			return err
+			if err != nil {
+				return err
+			}
+			// Said in its thread, with the resume: not silently.
+			return s.threads.Reply(tx, r, chat.Message{Kind: "reply", Text: ResumedNote})
 		})
 	case jobCancel:
 		// Between turns: no turn had the pending input (nil), so end reports
@@ -586,6 +590,10 @@ func (s *Scheduler) watchCancel(ctx context.Context, r *requests.Request) (<-cha
 	}()
 	return ch, func() { cancel(); wg.Wait() }
 }
+
+// ResumedNote is said in a request's thread when its turn resumes after
+// the bridge stopped during it.
+const ResumedNote = "resumed after a restart"
 
 func orNone(s string) string {
 	if s == "" {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -106,6 +107,8 @@ func TestGracefulStopResumes(t *testing.T) {
 	}
 	b = startSingle(t, dir, "shutdown: {grace: 30s}\n", "DEMO_AGENT_LOG="+agentLog)
 	b.waitRequest(r.ID, "resumed, in its build tool", 20*time.Second, func(r requests.Request) bool { return r.Activity == "build" })
+	// The room is told, in the request's thread (the console's here).
+	b.p.waitLine(0, regexp.QuoteMeta(r.ID.String()+" | resumed after a restart"))
 	stopBridge(t, b.p, syscall.SIGTERM)
 	waitStderr(t, b.p, "stopping gracefully")
 	var refused map[string]string
