@@ -130,7 +130,8 @@ func leafCommands(c *cobra.Command) []string {
 // arguments: the flags take effect either way (--config names a running
 // daemon's config: the command reaches it, or fails naming that config's
 // files). Then --help, -h and `help CMD` exit 0 with the command's flags on
-// stdout, and an unknown flag and a stray argument exit 2 naming them.
+// stdout, and an unknown flag and a stray argument exit 2 naming them;
+// `completion bash` writes bash's script.
 func TestCLIFlagsAnywhere(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
@@ -151,6 +152,9 @@ func TestCLIFlagsAnywhere(t *testing.T) {
 	overview, _, code := runCLI(t, dir, "help")
 	if code != 0 {
 		t.Fatalf("help: exit %d", code)
+	}
+	if out, errOut, code := runCLI(t, dir, "completion", "bash"); code != 0 || !strings.HasPrefix(out, "# bash completion V2 for bridge") {
+		t.Errorf("completion bash: exit %d, %.60q %q: want the script", code, out, errOut)
 	}
 	for _, c := range cases {
 		t.Run(strings.ReplaceAll(c.path, " ", "_"), func(t *testing.T) {
