@@ -18,6 +18,10 @@ var errUsage = errors.New("usage")
 // takes (--api, --config): the overview names them once, not on each line.
 const sharedFlag = "roombridge_shared"
 
+// Commands are listed in the order they are added (the overview's), not
+// sorted. Set once: cobra reads it from every command tree.
+func init() { cobra.EnableCommandSorting = false }
+
 // run runs the command line args (without the program's name).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	root := newRoot()
@@ -34,7 +38,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // completion script. Errors are returned, not printed: main prints them and
 // exits 2 for usage errors (errUsage), else 1.
 func newRoot() *cobra.Command {
-	cobra.EnableCommandSorting = false // the overview's order
 	root := &cobra.Command{
 		Use:   progName(),
 		Short: "gives AI agents a room in Slack, Feishu and the terminal",
