@@ -62,7 +62,7 @@ func TestAuditExportIncompleteExitsNonZero(t *testing.T) {
 	t.Cleanup(func() { apiTransport = nil })
 	out := &stopOnFirstWrite{srv: srv}
 	var stderr bytes.Buffer
-	err = auditExport(t.Context(), []string{"--config", cfg, "--api", b.URL}, out, &stderr)
+	err = run(t.Context(), []string{"audit", "export", "--config", cfg, "--api", b.URL}, out, &stderr)
 	if err == nil || !strings.Contains(err.Error(), httpapi.IncompleteMarker) {
 		t.Fatalf("audit export of a failing store: %v, want an error saying it is incomplete", err)
 	}
@@ -89,7 +89,7 @@ func TestAuditExportFile(t *testing.T) {
 	cfg := filepath.Join(dir, "bridge.yaml")
 	writeFile(t, cfg, cfgText)
 	export := func(args ...string) error {
-		return auditExport(t.Context(), append([]string{"--config", cfg, "--api", b.URL}, args...), io.Discard, io.Discard)
+		return run(t.Context(), append([]string{"audit", "export", "--config", cfg, "--api", b.URL}, args...), io.Discard, io.Discard)
 	}
 
 	out := filepath.Join(dir, "audit.out")

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -36,34 +35,30 @@ type client struct {
 // test narrows its receive buffer.
 var apiTransport http.RoundTripper
 
-// apiFlags adds --api and --config to fs; the returned func builds the client.
-func apiFlags(fs *flag.FlagSet) func() (*client, error) {
-	api := fs.String("api", "", "daemon API base URL (default: from the config and its data_dir)")
-	path := fs.String("config", "", "config file")
-	return func() (*client, error) {
-		cfg, err := loadConfig(*path)
-		if err != nil {
-			return nil, err
-		}
-		tok, err := apiTokenForClient(cfg.HTTP.APIToken, cfg.HTTP.APITokenFile)
-		if err != nil {
-			return nil, err
-		}
-		base, tr := *api, apiTransport
-		if base == "" {
-			addr := cfg.HTTP.Addr
-			if b, err := os.ReadFile(filepath.Join(cfg.DataDir, addrFile)); err == nil {
-				addr = strings.TrimSpace(string(b))
-			}
-			base = cfg.HTTP.Scheme() + "://" + addr
-		}
-		if tr == nil && cfg.HTTP.TLSCertFile != "" {
-			if tr, err = trustServer(cfg.HTTP.TLSCertFile); err != nil {
-				return nil, err
-			}
-		}
-		return &client{base: strings.TrimSuffix(base, "/"), token: tok, http: &http.Client{Transport: tr}}, nil
+// client is the client of the daemon that o's --api and --config name.
+func (o *apiOptions) client() (*client, error) {
+	cfg, err := loadConfig(o.config)
+	if err != nil {
+		return nil, err
 	}
+	tok, err := apiTokenForClient(cfg.HTTP.APIToken, cfg.HTTP.APITokenFile)
+	if err != nil {
+		return nil, err
+	}
+	base, tr := o.api, apiTransport
+	if base == "" {
+		addr := cfg.HTTP.Addr
+		if b, err := os.ReadFile(filepath.Join(cfg.DataDir, addrFile)); err == nil {
+			addr = strings.TrimSpace(string(b))
+		}
+		base = cfg.HTTP.Scheme() + "://" + addr
+	}
+	if tr == nil && cfg.HTTP.TLSCertFile != "" {
+		if tr, err = trustServer(cfg.HTTP.TLSCertFile); err != nil {
+			return nil, err
+		}
+	}
+	return &client{base: strings.TrimSuffix(base, "/"), token: tok, http: &http.Client{Transport: tr}}, nil
 }
 
 // trustServer is the CLI's transport to a daemon that serves TLS with the
@@ -130,29 +125,24 @@ func (c *client) getJSON(ctx context.Context, method, path string, v any) error 
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
-func requestsList(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("requests list")
-	state := fs.String("state", "", "only requests in this state")
-	agent := fs.String("agent", "", "only requests of this agent")
-	mk := apiFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *state != "" {
-		if _, err := requests.ParseState(*state); err != nil {
+// requestsList is `requests list`: every request (of the state and agent
+// given, if any), page after page.
+func requestsList(ctx context.Context, api *apiOptions, state, agent string, out io.Writer) error {
+	if state != "" {
+		if _, err := requests.ParseState(state); err != nil {
 			return fmt.Errorf("%w: --state: %v", errUsage, err)
 		}
 	}
-	c, err := mk()
+	c, err := api.client()
 	if err != nil {
 		return err
 	}
 	q := url.Values{}
-	if *state != "" {
-		q.Set("state", *state)
+	if state != "" {
+		q.Set("state", state)
 	}
-	if *agent != "" {
-		q.Set("agent", *agent)
+	if agent != "" {
+		q.Set("agent", agent)
 	}
 	q.Set("limit", strconv.Itoa(httpapi.MaxLimit))
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -173,18 +163,6 @@ func requestsList(ctx context.Context, args []string, out io.Writer) error {
 		}
 		q.Set("after", res.Next)
 	}
-}
-
-// idArg validates the one ID argument of a command before any call is made.
-func idArg(fs *flag.FlagSet) (string, error) {
-	if fs.NArg() != 1 {
-		return "", fmt.Errorf("%w: %s needs exactly one request ID", errUsage, fs.Name())
-	}
-	id := fs.Arg(0)
-	if _, err := requests.ParseRef(id, time.Now()); err != nil {
-		return "", err
-	}
-	return id, nil
 }
 
 func printRequest(out io.Writer, r *requests.Request) {
@@ -209,19 +187,13 @@ func printRequest(out io.Writer, r *requests.Request) {
 	_ = tw.Flush()
 }
 
-// requestCmd is `requests show ID` (verb "show": GET /v1/requests/ID) and
+// requestAction is `requests show ID` (verb "show": GET /v1/requests/ID) and
 // `cancel|retry ID` (POST /v1/requests/ID/<verb>); it prints the request.
-func requestCmd(ctx context.Context, name, verb string, args []string, out io.Writer) error {
-	fs := newFlags(name)
-	mk := apiFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
+func requestAction(ctx context.Context, api *apiOptions, verb, id string, out io.Writer) error {
+	if _, err := requests.ParseRef(id, time.Now()); err != nil {
 		return err
 	}
-	id, err := idArg(fs)
-	if err != nil {
-		return err
-	}
-	c, err := mk()
+	c, err := api.client()
 	if err != nil {
 		return err
 	}
@@ -238,20 +210,11 @@ func requestCmd(ctx context.Context, name, verb string, args []string, out io.Wr
 }
 
 // approvalAction approves or denies an approval through the daemon.
-func approvalAction(ctx context.Context, verb string, args []string, out io.Writer) error {
-	fs := newFlags(verb)
-	mk := apiFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		return fmt.Errorf("%w: %s needs exactly one approval ID (R-07, or R-07.1 for a permission asked during a run)", errUsage, verb)
-	}
-	id := fs.Arg(0)
+func approvalAction(ctx context.Context, api *apiOptions, verb, id string, out io.Writer) error {
 	if _, err := approvals.ParseID(id, time.Now()); err != nil {
 		return err
 	}
-	c, err := mk()
+	c, err := api.client()
 	if err != nil {
 		return err
 	}
@@ -265,20 +228,11 @@ func approvalAction(ctx context.Context, verb string, args []string, out io.Writ
 
 // answerQuestion answers a question an agent asked (ask_user) through the
 // daemon, as the API token holder.
-func answerQuestion(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("answer")
-	mk := apiFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() < 2 {
-		return fmt.Errorf("%w: answer needs a question ID (R-07.q1) and the answer", errUsage)
-	}
-	id, text := fs.Arg(0), strings.Join(fs.Args()[1:], " ")
+func answerQuestion(ctx context.Context, api *apiOptions, id, text string, out io.Writer) error {
 	if _, err := approvals.ParseID(id, time.Now()); err != nil {
 		return err
 	}
-	c, err := mk()
+	c, err := api.client()
 	if err != nil {
 		return err
 	}
@@ -300,20 +254,11 @@ func answerQuestion(ctx context.Context, args []string, out io.Writer) error {
 }
 
 // revokeUser cancels a user's waiting requests through the daemon.
-func revokeUser(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("revoke")
-	mk := apiFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		return fmt.Errorf("%w: revoke needs exactly one user (surface:id, e.g. slack:U123)", errUsage)
-	}
-	user := fs.Arg(0)
+func revokeUser(ctx context.Context, api *apiOptions, user string, out io.Writer) error {
 	if err := approvals.CheckUser(user); err != nil {
 		return err
 	}
-	c, err := mk()
+	c, err := api.client()
 	if err != nil {
 		return err
 	}
@@ -330,41 +275,39 @@ func revokeUser(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
-func auditExport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("audit export")
-	since := fs.String("since", "", "from this time (RFC 3339 or YYYY-MM-DD), inclusive")
-	until := fs.String("until", "", "to this time, exclusive")
-	format := fs.String("format", "", "jsonl or csv (default: from -o's extension, else jsonl)")
-	output := fs.String("o", "", "write to this file instead of stdout")
-	mk := apiFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
+// exportOptions are the flags of `audit export`.
+type exportOptions struct {
+	since, until, format, output string
+}
+
+// auditExport is `audit export`: the audit log to stdout or a file, with a
+// progress bar on stderr.
+func auditExport(ctx context.Context, api *apiOptions, o exportOptions, stdout, stderr io.Writer) error {
+	if err := exportFormat(&o.format, o.output); err != nil {
 		return err
 	}
-	if err := exportFormat(format, *output); err != nil {
-		return err
-	}
-	c, err := mk()
+	c, err := api.client()
 	if err != nil {
 		return err
 	}
-	q := url.Values{"format": {*format}}
-	if *since != "" {
-		q.Set("since", *since)
+	q := url.Values{"format": {o.format}}
+	if o.since != "" {
+		q.Set("since", o.since)
 	}
-	if *until != "" {
-		q.Set("until", *until)
+	if o.until != "" {
+		q.Set("until", o.until)
 	}
 	resp, err := c.do(ctx, http.MethodGet, "/v1/audit?"+q.Encode(), nil)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	w, closeOut, err := exportOutput(*output, stdout)
+	w, closeOut, err := exportOutput(o.output, stdout)
 	if err != nil {
 		return fmt.Errorf("audit export: %w", err) // err names the file: "open FILE: ..."
 	}
 	var total uint64
-	if *since == "" && *until == "" {
+	if o.since == "" && o.until == "" {
 		total, _ = strconv.ParseUint(resp.Header.Get("X-Audit-Total"), 10, 64)
 	}
 	bar := newProgressBar(stderr, total)
@@ -425,19 +368,10 @@ func exportFormat(format *string, output string) error {
 // tasksList prints what runs now (requests and background tasks) in one
 // room, or in every room of the config, and the background tasks that
 // failed or were interrupted and are not dismissed (their WHAT says so).
-func tasksList(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("tasks list")
-	room := fs.String("room", "", "only this room (default: every room of the config)")
-	mk := apiFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 0 {
-		return fmt.Errorf("%w: tasks list takes no arguments", errUsage)
-	}
-	rooms := []string{*room}
-	if *room == "" {
-		cfg, err := loadConfig(fs.Lookup("config").Value.String())
+func tasksList(ctx context.Context, api *apiOptions, room string, out io.Writer) error {
+	rooms := []string{room}
+	if room == "" {
+		cfg, err := loadConfig(api.config)
 		if err != nil {
 			return err
 		}
@@ -446,7 +380,7 @@ func tasksList(ctx context.Context, args []string, out io.Writer) error {
 			rooms = append(rooms, r.Name)
 		}
 	}
-	c, err := mk()
+	c, err := api.client()
 	if err != nil {
 		return err
 	}
@@ -477,18 +411,13 @@ func tasksList(ctx context.Context, args []string, out io.Writer) error {
 	return tw.Flush()
 }
 
-// taskCommand stops (verb "stop") or dismisses (verb "dismiss") a
+// taskAction stops (verb "stop") or dismisses (verb "dismiss") a
 // background task through the daemon.
-func taskCommand(ctx context.Context, verb string, args []string, out io.Writer) error {
-	fs := newFlags("tasks " + verb)
-	mk := apiFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 || fs.Arg(0) == "" {
+func taskAction(ctx context.Context, api *apiOptions, verb, id string, out io.Writer) error {
+	if id == "" {
 		return fmt.Errorf("%w: tasks %s needs exactly one task ID (T-3)", errUsage, verb)
 	}
-	c, err := mk()
+	c, err := api.client()
 	if err != nil {
 		return err
 	}
@@ -499,7 +428,7 @@ func taskCommand(ctx context.Context, verb string, args []string, out io.Writer)
 		Request     requests.ID `json:"request"`
 		DismissedBy string      `json:"dismissed_by"`
 	}
-	if err := c.getJSON(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(fs.Arg(0))+"/"+verb, &res); err != nil {
+	if err := c.getJSON(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(id)+"/"+verb, &res); err != nil {
 		return err
 	}
 	if verb == "dismiss" {

@@ -29,30 +29,28 @@ const addrFile = "http.addr"
 // work has stopped (the graceful stop itself is shutdown.grace).
 const httpGrace = 5 * time.Second
 
-func runCmd(ctx context.Context, args []string) error {
-	fs := newFlags("run")
-	path := fs.String("config", "", "config file (default: console room, embedded store, demo agents)")
-	level := fs.String("log-level", "", "debug, info, warn or error (overrides log.level)")
-	format := fs.String("log-format", "", "text or json (overrides log.format)")
-	httpAddr := fs.String("http", "", "listen address of the API (overrides http.addr; port 0 picks a free port)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	cfg, err := loadConfig(*path)
+// runOptions are the flags of `run`.
+type runOptions struct {
+	config, http, logLevel, logFormat string
+}
+
+// runDaemon is `run`: the daemon with the config of o and its overrides.
+func runDaemon(ctx context.Context, o runOptions) error {
+	cfg, err := loadConfig(o.config)
 	if err != nil {
 		return err
 	}
-	if *level != "" {
-		cfg.Log.Level = *level
+	if o.logLevel != "" {
+		cfg.Log.Level = o.logLevel
 	}
-	if *format != "" {
-		if err := config.CheckLogFormat(*format); err != nil {
+	if o.logFormat != "" {
+		if err := config.CheckLogFormat(o.logFormat); err != nil {
 			return fmt.Errorf("%w: run: --log-format: %v", errUsage, err)
 		}
-		cfg.Log.Format = *format
+		cfg.Log.Format = o.logFormat
 	}
-	if *httpAddr != "" {
-		cfg.HTTP.Addr = *httpAddr
+	if o.http != "" {
+		cfg.HTTP.Addr = o.http
 	}
 	return daemon(ctx, cfg)
 }

@@ -230,6 +230,8 @@ func runCLI(t *testing.T, dir string, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.Command(bridgeBin, args...)
 	cmd.Dir = dir
+	// The race runtime would sleep 1 s at each exit (GORACE atexit_sleep_ms).
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

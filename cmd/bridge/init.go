@@ -15,25 +15,21 @@ import (
 	"github.com/roombridge/roombridge/connectors/slack"
 )
 
-// initCmd is `bridge init [--dir D] [--slack] [--feishu] [--public-url URL]`:
+// initOptions are the flags of `init`.
+type initOptions struct {
+	dir           string
+	slack, feishu bool
+	publicURL     string
+}
+
+// initConfigDir is `bridge init [--dir D] [--slack] [--feishu] [--public-url URL]`:
 // it asks nothing, writes a commented config into D with its token files
 // (mode 0600), with --slack the Slack app manifest, with --feishu prints what
 // to enable in the Feishu app, and prints the next commands. It never
 // overwrites a file.
-func initCmd(args []string, out io.Writer) error {
-	fset := newFlags("init")
-	dir := fset.String("dir", ".", "directory to write the config into")
-	withSlack := fset.Bool("slack", false, "also write the Slack app manifest (slack-app-manifest.json)")
-	withFeishu := fset.Bool("feishu", false, "also print what to enable in the Feishu app")
-	publicURL := fset.String("public-url", "", "the bridge's public URL: Slack in events mode and the Feishu callback use it (default: Slack in Socket Mode)")
-	if err := parseFlags(fset, args); err != nil {
-		return err
-	}
-	if fset.NArg() != 0 {
-		return fmt.Errorf("%w: init takes no arguments (use --dir)", errUsage)
-	}
-	cfgPath := filepath.Join(*dir, "bridge.yaml")
-	dataDir := filepath.Join(*dir, ".roombridge")
+func initConfigDir(o initOptions, out io.Writer) error {
+	cfgPath := filepath.Join(o.dir, "bridge.yaml")
+	dataDir := filepath.Join(o.dir, ".roombridge")
 	tokenPath := filepath.Join(dataDir, "api.token")
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("init: %w", err)
@@ -51,11 +47,11 @@ func initCmd(args []string, out io.Writer) error {
 		{tokenPath, []byte(hex.EncodeToString(tok) + "\n"), 0o600},
 	}
 	slackMode := slack.ModeSocket
-	if *publicURL != "" {
+	if o.publicURL != "" {
 		slackMode = slack.ModeEvents
 	}
-	if *withSlack {
-		manifest, err := slack.Manifest("roombridge", slackMode, *publicURL)
+	if o.slack {
+		manifest, err := slack.Manifest("roombridge", slackMode, o.publicURL)
 		if err != nil {
 			return err
 		}
@@ -63,7 +59,7 @@ func initCmd(args []string, out io.Writer) error {
 			path string
 			data []byte
 			mode fs.FileMode
-		}{filepath.Join(*dir, "slack-app-manifest.json"), manifest, 0o644})
+		}{filepath.Join(o.dir, "slack-app-manifest.json"), manifest, 0o644})
 	}
 	for _, f := range files {
 		if err := writeNew(f.path, f.data, f.mode); err != nil {
@@ -72,14 +68,14 @@ func initCmd(args []string, out io.Writer) error {
 		fmt.Fprintf(out, "wrote %s\n", f.path)
 	}
 	prog := invokedPath()
-	if *withSlack {
+	if o.slack {
 		fmt.Fprintf(out, "\nSlack: api.slack.com/apps → Create New App → From a manifest → paste %s.\n"+
 			"Install it, put the bot token (xoxb-…) into slack-bot.token and, in Socket Mode, an app-level token\n"+
 			"with %s (xapp-…) into slack-app.token (both mode 0600), then uncomment the slack section.\n",
-			filepath.Join(*dir, "slack-app-manifest.json"), slack.AppTokenScope)
+			filepath.Join(o.dir, "slack-app-manifest.json"), slack.AppTokenScope)
 	}
-	if *withFeishu {
-		fmt.Fprintf(out, "\n%s", feishu.Setup(map[bool]string{true: feishu.ModeCallback, false: feishu.ModeWS}[*publicURL != ""], *publicURL))
+	if o.feishu {
+		fmt.Fprintf(out, "\n%s", feishu.Setup(map[bool]string{true: feishu.ModeCallback, false: feishu.ModeWS}[o.publicURL != ""], o.publicURL))
 	}
 	fmt.Fprintf(out, "\nNext:\n  %s config check --config %s\n  %s run --config %s\n", prog, cfgPath, prog, cfgPath)
 	return nil

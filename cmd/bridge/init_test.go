@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,7 +19,7 @@ import (
 func TestInit(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "mybridge")
 	var out bytes.Buffer
-	if err := initCmd([]string{"--dir", dir, "--slack", "--feishu"}, &out); err != nil {
+	if err := run(t.Context(), []string{"init", "--dir", dir, "--slack", "--feishu"}, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	cfgPath := filepath.Join(dir, "bridge.yaml")
@@ -54,10 +55,10 @@ func TestInit(t *testing.T) {
 		!strings.Contains(out.String(), "config check --config "+cfgPath) {
 		t.Errorf("output lacks the event, callback or next commands:\n%s", out.String())
 	}
-	if err := configCheck([]string{"--config", cfgPath}, &bytes.Buffer{}); err != nil {
+	if err := run(t.Context(), []string{"config", "check", "--config", cfgPath}, io.Discard, io.Discard); err != nil {
 		t.Errorf("config check: %v", err)
 	}
-	if err := initCmd([]string{"--dir", dir}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "not overwriting") {
+	if err := run(t.Context(), []string{"init", "--dir", dir}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "not overwriting") {
 		t.Errorf("init over an existing config: %v", err)
 	}
 }

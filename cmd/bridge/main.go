@@ -13,7 +13,7 @@ func main() {
 	// The first SIGINT or SIGTERM cancels ctx (a graceful stop); a second
 	// exits at once (signals.go).
 	ctx, stop := onSignals(context.Background())
-	err := run(ctx, os.Args[1:])
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		fatal(err)

@@ -248,7 +248,7 @@ func TestHelpNamesInvokedProgram(t *testing.T) {
 	if !strings.HasPrefix(string(out), "usage: roombridge <command>") {
 		t.Errorf("help starts %.60q, want the invoked name", out)
 	}
-	for _, flag := range []string{"--http ADDR", "--log-level L", "--log-format text|json", "init [--dir D]"} {
+	for _, flag := range []string{"--http ADDR", "--log-level LEVEL", "--log-format text|json", "init [--dir D]"} {
 		if !strings.Contains(string(out), flag) {
 			t.Errorf("help lacks %q", flag)
 		}

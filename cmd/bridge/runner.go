@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -21,15 +23,10 @@ import (
 	"github.com/roombridge/roombridge/runners"
 )
 
-// runnerCmd is `bridge runner`: it hosts the agents of its config on this
-// machine and connects out to the bridge (docs/runners.md).
-func runnerCmd(ctx context.Context, args []string) error {
-	fs := newFlags("runner")
-	path := fs.String("config", "runner.yaml", "runner config file")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	f, err := config.LoadRunner(*path)
+// runRunner is `bridge runner`: it hosts the agents of the runner config at
+// path on this machine and connects out to the bridge (docs/runners.md).
+func runRunner(ctx context.Context, path string) error {
+	f, err := config.LoadRunner(path)
 	if err != nil {
 		return err
 	}
@@ -71,55 +68,55 @@ func runnerCmd(ctx context.Context, args []string) error {
 	return r.Run(ctx)
 }
 
-// runnersCmd is `bridge runners add NAME | list | revoke NAME`.
-func runnersCmd(ctx context.Context, args []string, out io.Writer) error {
-	if len(args) == 0 {
-		return fmt.Errorf("%w: runners add NAME | list | revoke NAME", errUsage)
-	}
-	verb := args[0]
-	fs := newFlags("runners " + verb)
-	mk := apiFlags(fs)
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return err
-	}
-	c, err := mk()
+// runnersList is `bridge runners list`.
+func runnersList(ctx context.Context, api *apiOptions, out io.Writer) error {
+	c, err := api.client()
 	if err != nil {
 		return err
 	}
-	switch verb {
-	case "list":
-		var st []runners.Status
-		if err := c.getJSON(ctx, "GET", "/v1/runners", &st); err != nil {
-			return err
-		}
-		printRunners(out, st)
-		return nil
-	case "add", "revoke":
-		if fs.NArg() != 1 {
-			return fmt.Errorf("%w: runners %s needs exactly one runner name", errUsage, verb)
-		}
-		name := fs.Arg(0)
-		if verb == "revoke" {
-			var res map[string]string
-			if err := c.getJSON(ctx, "POST", "/v1/runners/"+url.PathEscape(name)+"/revoke", &res); err != nil {
-				return err
-			}
-			fmt.Fprintf(out, "runner %s revoked: its connection is closed and its token refused\n", name)
-			return nil
-		}
-		resp, err := c.do(ctx, "POST", "/v1/runners", strings.NewReader(fmt.Sprintf(`{"name":%q}`, name)))
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		var res struct{ Token string }
-		if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "runner %s added. Its token (shown once; put it in the runner's token_file, mode 0600):\n%s\n", name, res.Token)
-		return nil
+	var st []runners.Status
+	if err := c.getJSON(ctx, http.MethodGet, "/v1/runners", &st); err != nil {
+		return err
 	}
-	return fmt.Errorf("%w: runners add NAME | list | revoke NAME", errUsage)
+	printRunners(out, st)
+	return nil
+}
+
+// runnerAdd is `bridge runners add NAME`: it prints the runner's token.
+func runnerAdd(ctx context.Context, api *apiOptions, name string, out io.Writer) error {
+	c, err := api.client()
+	if err != nil {
+		return err
+	}
+	body, err := json.Marshal(map[string]string{"name": name})
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/v1/runners", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var res struct{ Token string }
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+		return fmt.Errorf("runners add %s: %w", name, err)
+	}
+	fmt.Fprintf(out, "runner %s added. Its token (shown once; put it in the runner's token_file, mode 0600):\n%s\n", name, res.Token)
+	return nil
+}
+
+// runnerRevoke is `bridge runners revoke NAME`.
+func runnerRevoke(ctx context.Context, api *apiOptions, name string, out io.Writer) error {
+	c, err := api.client()
+	if err != nil {
+		return err
+	}
+	var res map[string]string
+	if err := c.getJSON(ctx, http.MethodPost, "/v1/runners/"+url.PathEscape(name)+"/revoke", &res); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "runner %s revoked: its connection is closed and its token refused\n", name)
+	return nil
 }
 
 func printRunners(out io.Writer, st []runners.Status) {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,56 +19,11 @@ import (
 	"github.com/roombridge/roombridge/store/migrate"
 )
 
-// storeUsage is the store command's usage line.
-const storeUsage = "store backup FILE | store restore FILE | store migrate [--dry-run]"
-
-// storeCmd runs `bridge store ...`: backups, restores and migrations of the
-// configured store (docs: README "Operations").
-func storeCmd(ctx context.Context, args []string, out io.Writer) error {
-	if len(args) == 0 {
-		return fmt.Errorf("%w: %s", errUsage, storeUsage)
-	}
-	switch args[0] {
-	case "backup":
-		return storeBackup(ctx, args[1:], out)
-	case "restore":
-		return storeRestore(ctx, args[1:], out)
-	case "migrate":
-		return storeMigrate(ctx, args[1:], out)
-	}
-	return fmt.Errorf("%w: unknown store command %q: %s", errUsage, args[0], storeUsage)
-}
-
-// fileArg parses fs, flags before and after the file, and returns its one
-// argument, the file.
-func fileArg(fs *flag.FlagSet, args []string) (string, error) {
-	var pos []string
-	for {
-		if err := parseFlags(fs, args); err != nil {
-			return "", err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
-	}
-	if len(pos) != 1 {
-		return "", fmt.Errorf("%w: %s FILE [flags]: want one file, got %q", errUsage, fs.Name(), pos)
-	}
-	return pos[0], nil
-}
-
 // storeBackup writes a consistent snapshot of the store to FILE: through the
 // running daemon when it holds the bolt file, else read directly (a stopped
 // single node, or etcd at one revision).
-func storeBackup(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("store backup")
-	mk := apiFlags(fs)
-	file, err := fileArg(fs, args)
-	if err != nil {
-		return err
-	}
-	cfg, err := loadConfig(fs.Lookup("config").Value.String())
+func storeBackup(ctx context.Context, api *apiOptions, file string, out io.Writer) error {
+	cfg, err := loadConfig(api.config)
 	if err != nil {
 		return err
 	}
@@ -86,7 +40,7 @@ func storeBackup(ctx context.Context, args []string, out io.Writer) error {
 		defer closeSt()
 		_, err = store.Backup(ctx, st, time.Now(), f)
 	case errors.Is(err, errStoreInUse):
-		err = backupThroughDaemon(ctx, mk, f)
+		err = backupThroughDaemon(ctx, api, f)
 	}
 	if err != nil {
 		return fmt.Errorf("store backup: %w", err)
@@ -109,8 +63,8 @@ func storeBackup(ctx context.Context, args []string, out io.Writer) error {
 }
 
 // backupThroughDaemon asks the running daemon for its snapshot.
-func backupThroughDaemon(ctx context.Context, mk func() (*client, error), w io.Writer) error {
-	c, err := mk()
+func backupThroughDaemon(ctx context.Context, api *apiOptions, w io.Writer) error {
+	c, err := api.client()
 	if err != nil {
 		return err
 	}
@@ -126,14 +80,8 @@ func backupThroughDaemon(ctx context.Context, mk func() (*client, error), w io.W
 // storeRestore restores FILE into the configured store, which must be empty
 // and not in use: a running bridge (single node: its lock; HA: a leader in
 // the election) is refused.
-func storeRestore(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("store restore")
-	path := fs.String("config", "", "config file")
-	file, err := fileArg(fs, args)
-	if err != nil {
-		return err
-	}
-	cfg, err := loadConfig(*path)
+func storeRestore(ctx context.Context, path, file string, out io.Writer) error {
+	cfg, err := loadConfig(path)
 	if err != nil {
 		return err
 	}
@@ -188,21 +136,12 @@ func noLeader(ctx context.Context, st *etcd.Store, cfg *config.Config) error {
 // storeMigrate says what a migration to this binary's format would change
 // (--dry-run), or runs it on a stopped single node. In HA the leader
 // migrates at the start of its term: only --dry-run runs here.
-func storeMigrate(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("store migrate")
-	path := fs.String("config", "", "config file")
-	dry := fs.Bool("dry-run", false, "say what would change; write nothing")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: store migrate: unexpected argument %q", errUsage, fs.Arg(0))
-	}
-	cfg, err := loadConfig(*path)
+func storeMigrate(ctx context.Context, path string, dry bool, out io.Writer) error {
+	cfg, err := loadConfig(path)
 	if err != nil {
 		return err
 	}
-	if cfg.HA != nil && !*dry {
+	if cfg.HA != nil && !dry {
 		return fmt.Errorf("store migrate: in HA the leader migrates the store at the start of its term (a new binary that leads); use --dry-run to see what it will change")
 	}
 	st, closeSt, err := openToolStore(ctx, cfg)
@@ -214,12 +153,12 @@ func storeMigrate(ctx context.Context, args []string, out io.Writer) error {
 	}
 	defer closeSt()
 	o := core.MigrateOptions(nil)
-	o.DryRun = *dry
+	o.DryRun = dry
 	res, err := migrate.Run(ctx, st, o)
 	if err != nil {
 		return err
 	}
-	printMigration(out, res, *dry)
+	printMigration(out, res, dry)
 	return nil
 }
 

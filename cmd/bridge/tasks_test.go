@@ -102,6 +102,8 @@ func TestTasksVisibleAndStopped(t *testing.T) {
 	p.send("dismiss T-2")
 	p.waitLine(i, q("* task T-2 (broken) failed: exit status 3 dismissed (by console:alice)"))
 	p.waitLine(i, q(id2+" | task T-2 (broken) failed: exit status 3 — dismissed by console:alice"))
+	// Its request, told of the failure, answers and ends; then nothing runs.
+	p.waitLine(i, q(id2+" | status: done"))
 	if call(t, http.MethodGet, base+"/v1/rooms/console/tasks", tok, nil, &list); list.Count != 0 {
 		t.Errorf("tasks after the dismissal: %+v", list)
 	}
