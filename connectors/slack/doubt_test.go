@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roombridge/roombridge/agents"
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/connectors/slack"
@@ -45,7 +46,8 @@ func TestRestartWhileParentInFlight(t *testing.T) {
 	if !strings.HasSuffix(ps[0].Text, "— done") || len(ps[0].Updates) == 0 {
 		t.Errorf("parent shows %q after %d updates: want the status edits on it", ps[0].Text, len(ps[0].Updates))
 	}
-	if got, want := h.replies(ps[0].TS), []string{"finale"}; !slices.Equal(got, want) {
+	// The turn the stop cut is resumed, and says so (agents.ResumedNote).
+	if got, want := h.replies(ps[0].TS), []string{agents.ResumedNote, "finale"}; !slices.Equal(got, want) {
 		t.Errorf("replies %q, want %q", got, want)
 	}
 	if hist, rep := h.lookups(); hist != 1 || rep != 0 {
