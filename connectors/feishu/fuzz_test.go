@@ -27,7 +27,9 @@ import (
 // translation; FuzzCallbackSignature fuzzes the signature headers and the
 // raw body. Seeds: testdata/fuzz/<target>/, from feishutest's events and
 // hand-written edge cases, including the garbage padding that makes the
-// SDK's EventDecrypt panic.
+// SDK's EventDecrypt panic, and the recorded callbacks of the corpus
+// (testdata/platforms/feishu, seedCorpus; their tokens are not the fuzzed
+// connector's, so they exercise the refusals).
 
 const (
 	fuzzToken = "fuzz-verification-token"
@@ -176,6 +178,7 @@ func checkOutcome(t *testing.T, status int, evs []chat.Event) {
 // verification token in the body is the check).
 func FuzzCallback(f *testing.F) {
 	h, rec := fuzzConnector(f, false)
+	seedCorpus(f, "events/url_verification_v2.json", "cards/old_schema_url_verification.json")
 	f.Fuzz(func(t *testing.T, body []byte) {
 		status, _ := serve(h, body, nil)
 		checkOutcome(t, status, rec.take(t, status))
@@ -187,6 +190,7 @@ func FuzzCallback(f *testing.F) {
 // encryption.
 func FuzzCallbackEncrypted(f *testing.F) {
 	h, rec := fuzzConnector(f, true)
+	seedCorpus(f, "events/url_verification_v2.json", "cards/old_schema_url_verification.json")
 	f.Fuzz(func(t *testing.T, plaintext []byte) {
 		body, err := feishutest.Encrypt(fuzzKey, plaintext)
 		if err != nil {
@@ -246,4 +250,11 @@ func FuzzCallbackSignature(f *testing.F) {
 			checkOutcome(t, status, evs)
 		}
 	})
+}
+
+// seedCorpus adds the corpus files named to f's seeds.
+func seedCorpus(f *testing.F, names ...string) {
+	for _, name := range names {
+		f.Add(corpusFile(f, name))
+	}
 }

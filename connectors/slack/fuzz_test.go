@@ -21,7 +21,9 @@ import (
 // every body correctly, so the fuzzer gets past the signature check into the
 // JSON (and form) decoding; FuzzSignature fuzzes the signature headers
 // themselves. Seeds: testdata/fuzz/<target>/, made from slacktest's payloads
-// (the bodies the other tests send) and hand-written edge cases.
+// (the bodies the other tests send) and hand-written edge cases, and every
+// inbound payload of the corpus of real ones (testdata/platforms/slack,
+// seedCorpus).
 //
 // Socket Mode has no target here: slack-go reads its frames and envelopes;
 // what it hands over goes through fromEventsAPI and fromInteraction, which
@@ -166,6 +168,7 @@ func signNow(body []byte) func(*http.Request) {
 func FuzzEvents(f *testing.F) {
 	c, routes, rs := fuzzConnector(f)
 	h := routes[EventsPattern]
+	seedCorpus(f, "events", "events/inner")
 	f.Fuzz(func(t *testing.T, body []byte) {
 		status := post(h, "/slack/events", "application/json", body, signNow(body))
 		rs.check(t, status)
@@ -178,6 +181,7 @@ func FuzzEvents(f *testing.F) {
 func FuzzInteractivity(f *testing.F) {
 	c, routes, rs := fuzzConnector(f)
 	h := routes[InteractivityPattern]
+	seedCorpus(f, "interactions")
 	f.Fuzz(func(t *testing.T, body []byte) {
 		status := post(h, "/slack/interactivity", "application/x-www-form-urlencoded", body, signNow(body))
 		rs.check(t, status)
@@ -234,4 +238,13 @@ func FuzzSignature(f *testing.F) {
 			checkOutcome(t, status, evs)
 		}
 	})
+}
+
+// seedCorpus adds the bodies Slack would send for the corpus files under
+// dirs (corpusBody) to f's seeds.
+func seedCorpus(f *testing.F, dirs ...string) {
+	for _, name := range corpusFiles(f, dirs...) {
+		_, _, body := corpusBody(f, name)
+		f.Add(body)
+	}
 }

@@ -24,7 +24,8 @@ import (
 //     block_id, the button and the clicked message.
 //
 // Everything else (edits, deletions, joins, the bot's own posts, top-level
-// chatter) is acknowledged and dropped.
+// chatter, and events that name no channel: nowhere to answer them) is
+// acknowledged and dropped.
 
 // fromEventsAPI translates an Events API callback; ok is false for events
 // the bridge does not act on.
@@ -47,7 +48,7 @@ func (c *Connector) fromEventsAPI(ev slackevents.EventsAPIEvent) (chat.Event, bo
 	}
 	switch e := ev.InnerEvent.Data.(type) {
 	case *slackevents.AppMentionEvent:
-		if e.User == "" || e.BotID != "" || e.User == bot || e.Edited != nil || inThread(e.ThreadTimeStamp, e.TimeStamp) {
+		if e.User == "" || e.Channel == "" || e.BotID != "" || e.User == bot || e.Edited != nil || inThread(e.ThreadTimeStamp, e.TimeStamp) {
 			return chat.Event{}, false
 		}
 		return chat.Event{Kind: chat.Ask, Surface: chat.Slack, ID: cb.EventID, Channel: e.Channel,
@@ -58,7 +59,7 @@ func (c *Connector) fromEventsAPI(ev slackevents.EventsAPIEvent) (chat.Event, bo
 		default:
 			return chat.Event{}, false
 		}
-		if e.User == "" || e.BotID != "" || e.User == bot || !inThread(e.ThreadTimeStamp, e.TimeStamp) {
+		if e.User == "" || e.Channel == "" || e.BotID != "" || e.User == bot || !inThread(e.ThreadTimeStamp, e.TimeStamp) {
 			return chat.Event{}, false
 		}
 		return chat.Event{Kind: chat.Reply, Surface: chat.Slack, ID: cb.EventID, Channel: e.Channel,

@@ -1,2 +1,18 @@
 // Package feishutest fakes the Feishu Open API and its long connection so that tests can drive the real Lark SDK against it.
+//
+// Its answers are held to the answers oapi-sdk-go's own tests record (testdata/platforms/feishu,
+// TestShapesAsRecorded): every recorded field is in the fake's answer with the same JSON type. Where the
+// fake still has to guess, and why:
+//
+//   - callback/ws/endpoint: the fake answers data.URL and data.ClientConfig, the keys of the SDK's
+//     larkws.Endpoint; the SDK's test records data.url. encoding/json matches keys case-insensitively, so the
+//     SDK reads either; no recording of the real service's answer was at hand to settle it.
+//   - im/v1/messages create, reply and patch: only create's success answer is recorded (code, msg,
+//     data.message_id); the other fields of data (chat_id, root_id, thread_id, sender, body...) and the answers
+//     of reply and patch follow the SDK's larkim models and Feishu's documentation, not a recording.
+//   - Error answers: codes and HTTP statuses (99991400 with 429 and x-ogw-ratelimit-*, 230001, 230025,
+//     99991661/99991663, 99992402, 10014) follow the documentation; the corpus records only code 999999.
+//   - Event and card callbacks, long-connection frames: the corpus records only url_verification callbacks
+//     (schema 2.0, plain and encrypted; the old card schema); im.message.receive_v1, card.action.trigger
+//     (card 2.0) and the frames follow the SDK's models.
 package feishutest
