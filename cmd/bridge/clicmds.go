@@ -68,7 +68,7 @@ func initCommand() *cobra.Command {
 	c.Flags().StringVar(&o.dir, "dir", ".", "`D`irectory to write the config into")
 	c.Flags().BoolVar(&o.slack, "slack", false, "also write the Slack app manifest (slack-app-manifest.json)")
 	c.Flags().BoolVar(&o.feishu, "feishu", false, "also print what to enable in the Feishu app")
-	c.Flags().StringVar(&o.publicURL, "public-url", "", "the bridge's public `URL`: Slack in events mode and the Feishu callback use it (default: Slack in Socket Mode)")
+	c.Flags().StringVar(&o.publicURL, "public-url", "", "the bridge's public https `URL`, with --slack or --feishu: Slack in events mode, Feishu in callback mode and the web room's links use it (default: Socket Mode, the long connection)")
 	_ = c.MarkFlagDirname("dir")
 	c.RunE = func(c *cobra.Command, _ []string) error { return initConfigDir(o, c.OutOrStdout()) }
 	return c

@@ -22,6 +22,7 @@ var Permissions = []Permission{
 	{Name: "im:message:send_as_bot", Why: "send topics, replies and cards as the bot"},
 	{Name: "im:message.group_at_msg:readonly", Why: "receive mentions of the bot in group chats: asks"},
 	{Name: "im:message.group_msg", Why: "see thread replies that do not mention the bot", Optional: true},
+	{Name: "cardkit:card:write", Why: "stream answers into CardKit cards (without it: a card updated by PATCH)", Optional: true},
 }
 
 // Event is the event subscription the connector handles (event, not

@@ -21,7 +21,7 @@ type Scope struct {
 // BotScopes are the bot token scopes the connector needs.
 var BotScopes = []Scope{
 	{"app_mentions:read", "receive mentions of the bot (the app_mention event): asks"},
-	{"chat:write", "post threads, replies, cards and refusals (chat.postMessage, chat.postEphemeral); edit them (chat.update)"},
+	{"chat:write", "post threads, replies, cards and refusals (chat.postMessage, chat.postEphemeral); edit them (chat.update); stream answers (chat.startStream, chat.appendStream, chat.stopStream)"},
 	{"channels:history", "thread replies in public channels (message.channels); find a post in doubt (conversations.replies, conversations.history)"},
 	{"groups:history", "thread replies in private channels (message.groups); find a post in doubt there"},
 	{"im:write", "open the direct message an approval card goes to (conversations.open)"},
@@ -33,13 +33,19 @@ var BotEvents = []string{"app_mention", "message.channels", "message.groups"}
 
 // MethodScopes maps every Web API method the connector calls to the scopes
 // that allow it (any one of them; none: the token alone). apps.connections.open
-// takes the app-level token with connections:write (Socket Mode).
+// takes the app-level token with connections:write (Socket Mode). The
+// streaming methods take chat:write (their reference pages on docs.slack.dev:
+// chat.startStream, chat.appendStream, chat.stopStream); where Slack refuses
+// them all the same, the live answer is a reply edited with chat.update.
 var MethodScopes = map[string][]string{
 	"auth.test":             nil,
 	"apps.connections.open": {AppTokenScope},
 	"chat.postMessage":      {"chat:write"},
 	"chat.postEphemeral":    {"chat:write"},
 	"chat.update":           {"chat:write"},
+	"chat.startStream":      {"chat:write"},
+	"chat.appendStream":     {"chat:write"},
+	"chat.stopStream":       {"chat:write"},
 	"conversations.open":    {"im:write"},
 	"conversations.replies": {"channels:history", "groups:history", "im:history"},
 	"conversations.history": {"channels:history", "groups:history", "im:history"},

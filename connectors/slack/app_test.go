@@ -71,7 +71,7 @@ func TestManifestModes(t *testing.T) {
 // TestManifestCoversCalls runs the connector through everything it does
 // against the fake Slack (a request asked, approved in a DM with a refused
 // click on the way, answered; lookups of posts in doubt in a thread, a
-// channel and a DM) and checks that every Web API method it called is
+// channel and a DM; an answer streamed into its thread) and checks that every Web API method it called is
 // declared, with a scope the manifest grants, and that the manifest
 // subscribes to the events the connector declares.
 func TestManifestCoversCalls(t *testing.T) {
@@ -116,9 +116,19 @@ func TestManifestCoversCalls(t *testing.T) {
 		}
 	}
 
+	// An owner's ask whose answer streams: chat.startStream, appendStream
+	// and stopStream (the stop delivers the answer, so the outbox empties
+	// only after it).
+	h.mention(owner, streamAsk)
+	h.waitStore("the streamed answer done and delivered", func() bool {
+		rs, _ := h.svc.List(h.ctx(), requests.Filter{State: requests.Done})
+		return len(rs) == 2 && h.outboxEmpty()
+	})
+
 	called := h.fake.Methods()
 	for _, want := range []string{"auth.test", "apps.connections.open", "chat.postMessage", "chat.postEphemeral",
-		"chat.update", "conversations.open", "conversations.replies", "conversations.history"} {
+		"chat.update", "conversations.open", "conversations.replies", "conversations.history",
+		"chat.startStream", "chat.appendStream", "chat.stopStream"} {
 		if !slices.Contains(called, want) {
 			t.Errorf("the flow never called %s (called %q): the test no longer covers it", want, called)
 		}
