@@ -262,8 +262,10 @@ func (a *agent) run() int {
 			} else {
 				a.await(dur)
 			}
-			a.emit(agents.TurnEvent{Type: agents.EventTool, Phase: agents.PhaseEnd, Name: name})
+			// Logged first: the tool's end is the bridge's safe point, where
+			// a drain may stop this process as soon as it hears of it.
 			a.logf("tool end %s %s", a.turn.RequestID, name)
+			a.emit(agents.TurnEvent{Type: agents.EventTool, Phase: agents.PhaseEnd, Name: name})
 			a.done = append(a.done, "ran "+name)
 		case "sleep":
 			d, _ := time.ParseDuration(arg)
