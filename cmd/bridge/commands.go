@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -12,9 +14,19 @@ import (
 	"github.com/roombridge/roombridge/config"
 )
 
-// loadConfig loads path, or the default configuration when path is "".
+// defaultConfigFile is the config file used when --config is not given, if
+// the current directory has one.
+const defaultConfigFile = "bridge.yaml"
+
+// loadConfig loads path; without one, ./bridge.yaml if there is one, else
+// the built-in configuration (console room, embedded store, demo agents).
 func loadConfig(path string) (*config.Config, error) {
 	if path == "" {
+		if _, err := os.Stat(defaultConfigFile); err == nil {
+			return config.Load(defaultConfigFile)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("config: %w", err)
+		}
 		exe, err := os.Executable()
 		if err != nil {
 			return nil, fmt.Errorf("finding own executable: %w", err)
@@ -22,6 +34,11 @@ func loadConfig(path string) (*config.Config, error) {
 		return config.Default(exe), nil
 	}
 	return config.Load(path)
+}
+
+// configSource says where c came from: its file, or the built-in one.
+func configSource(c *config.Config) string {
+	return orDefault(c.File, "built-in (no --config, no ./"+defaultConfigFile+")")
 }
 
 // configCheck is `config check`: it loads the config at path and says what
@@ -44,6 +61,8 @@ func describeConfig(out io.Writer, c *config.Config) {
 	}
 	slices.Sort(agentNames)
 	fmt.Fprintf(out, "config ok: owner %s, %d room(s), agents %s\n", c.Owner, len(c.Rooms), strings.Join(agentNames, ", "))
+	fmt.Fprintf(out, "config: %s; relative paths are relative to %s\n", configSource(c),
+		orDefault(c.Dir(), "the current directory"))
 	var surfaces []string
 	if c.Slack != nil {
 		surfaces = append(surfaces, "slack ("+orDefault(c.Slack.Mode, "socket")+" mode)")

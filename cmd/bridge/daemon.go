@@ -112,7 +112,7 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	log.Info("bridge started", "api", b.URL(), "data_dir", cfg.DataDir, "store", be.desc, "version", core.Version(), "format", core.KnownFormat(),
+	log.Info("bridge started", "api", b.URL(), "config", configSource(cfg), "data_dir", cfg.DataDir, "store", be.desc, "version", core.Version(), "format", core.KnownFormat(),
 		"agents", b.AgentCount(), "surfaces", strings.Join(b.Surfaces(), ","))
 	if w := b.Web(); w != nil {
 		log.Info("web room", "url", w.URL())
