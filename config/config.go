@@ -317,7 +317,7 @@ func (c *Config) Validate() error {
 		switch a.Kind {
 		case "exec", "claude", "codex", "runner":
 		default:
-			return keyErr(k+".kind", "unknown kind %q (want exec, claude or codex)", a.Kind)
+			return keyErr(k+".kind", "unknown kind %q (want exec, claude, codex or runner)", a.Kind)
 		}
 		if a.Kind == "exec" && len(a.Command) == 0 {
 			return keyErr(k+".command", "required for kind exec")

@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -79,4 +80,13 @@ func writeConfig(t *testing.T, dir, name, content string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestUnknownKindNamesRunner: the unknown-kind error lists every kind an
+// agent of the bridge's config may have, runner too.
+func TestUnknownKindNamesRunner(t *testing.T) {
+	_, err := Parse([]byte(strings.Replace(minimal, "{command: [demo]}", "{kind: bogus}", 1)))
+	if err == nil || !strings.Contains(err.Error(), `config: agents.coder.kind: unknown kind "bogus" (want exec, claude, codex or runner)`) {
+		t.Errorf("kind bogus: %v", err)
+	}
 }

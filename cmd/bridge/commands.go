@@ -43,12 +43,24 @@ func configSource(c *config.Config) string {
 
 // configCheck is `config check`: it loads the config at path and says what
 // it will do.
+// It refuses what `run` refuses (preflight) but a port in use, which it
+// warns of (the bridge may be running).
 func configCheck(path string, out io.Writer) error {
 	c, err := loadConfig(path)
 	if err != nil {
 		return err
 	}
+	ln, portErr, err := preflight(c)
+	if err != nil {
+		return err
+	}
+	if ln != nil {
+		_ = ln.Close()
+	}
 	describeConfig(out, c)
+	if portErr != nil {
+		fmt.Fprintf(out, "warning: %v (run would not start now; is a bridge running?)\n", portErr)
+	}
 	return nil
 }
 
@@ -87,8 +99,7 @@ func describeConfig(out io.Writer, c *config.Config) {
 			orDefault(strings.Join(r.Approvers, ", "), "the owners"))
 	}
 	for _, n := range agentNames {
-		a := c.Agents[n]
-		fmt.Fprintf(out, "agent %s: %s, %s, workdir %s\n", n, a.Kind, strings.Join(a.Command, " "), orDefault(a.Workdir, "the current directory"))
+		fmt.Fprintf(out, "agent %s: %s\n", n, describeAgent(c, n))
 	}
 	if c.HA != nil {
 		fmt.Fprintf(out, "store: etcd %s (prefix %s); HA: the instances elect a leader (lease %s)\n",
@@ -96,4 +107,18 @@ func describeConfig(out io.Writer, c *config.Config) {
 	} else {
 		fmt.Fprintf(out, "store: bolt %s; single node\n", filepath.Join(c.DataDir, "bridge.db"))
 	}
+}
+
+// describeAgent says how agent n runs: on its runner, or its kind, command
+// and workdir.
+func describeAgent(c *config.Config, n string) string {
+	a := c.Agents[n]
+	if a.Kind == "runner" {
+		return "on runner " + a.Runner
+	}
+	d := fmt.Sprintf("%s, %s, workdir %s", a.Kind, orDefault(strings.Join(a.Command, " "), a.Program()), c.AgentWorkdir(n))
+	if a.Home != "" {
+		d += ", home " + a.Home
+	}
+	return d
 }

@@ -65,6 +65,9 @@ func orDefault(s, def string) string {
 // daemon runs the bridge until ctx ends, then stops gracefully within
 // shutdown.grace (core.Bridge.Stop).
 func daemon(ctx context.Context, cfg *config.Config) error {
+	if err := cfg.Preflight(); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data_dir: %w", err)
 	}
