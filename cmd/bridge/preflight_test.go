@@ -118,3 +118,29 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestPortInUseMakesNothing: a run whose port is in use fails naming
+// http.addr before it makes anything: no data_dir, no api.token, no
+// bridge.db.
+func TestPortInUseMakesNothing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "bot.token"), "xoxb-1\n")
+	writeFile(t, filepath.Join(dir, "app.token"), "xapp-1\n")
+	cfg := strings.Replace(fmt.Sprintf(preflightConfig, bridgeBin, "data"), "api_token_file: api.token", "addr: "+ln.Addr().String(), 1)
+	cfg = strings.Replace(cfg, `addr: "127.0.0.1:0", `, "", 1)
+	writeFile(t, filepath.Join(dir, "bridge.yaml"), cfg)
+	err = run(t.Context(), []string{"run", "--config", filepath.Join(dir, "bridge.yaml")}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "http.addr: ") {
+		t.Errorf("run with the port in use: %v, want an error about http.addr", err)
+	}
+	for _, p := range []string{"data/api.token", "data/bridge.db", "data"} {
+		if _, err := os.Stat(filepath.Join(dir, p)); err == nil {
+			t.Errorf("%s was made", p)
+		}
+	}
+}
