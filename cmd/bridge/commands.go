@@ -42,9 +42,8 @@ func configSource(c *config.Config) string {
 }
 
 // configCheck is `config check`: it loads the config at path and says what
-// it will do.
-// It refuses what `run` refuses (preflight) but a port in use, which it
-// warns of (the bridge may be running).
+// it will do. It refuses what `run` refuses (preflight) but a port in use,
+// which it warns of (the bridge may be running).
 func configCheck(path string, out io.Writer) error {
 	c, err := loadConfig(path)
 	if err != nil {

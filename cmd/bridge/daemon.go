@@ -63,9 +63,9 @@ func orDefault(s, def string) string {
 }
 
 // daemon runs the bridge until ctx ends, then stops gracefully within
-// shutdown.grace (core.Bridge.Stop).
-// It makes nothing (data_dir, api.token, the store) before its checks and
-// its listen succeed: a start refused leaves nothing half-made.
+// shutdown.grace (core.Bridge.Stop). It makes nothing (data_dir, api.token,
+// the store) before its checks and its listen succeed: a start refused
+// leaves nothing half-made.
 func daemon(ctx context.Context, cfg *config.Config) error {
 	ln, portErr, err := preflight(cfg)
 	if err != nil {
