@@ -35,6 +35,10 @@ type Config struct {
 	// SecretEnv names the environment variables the file expanded into a
 	// secret key (${SLACK_BOT_TOKEN}); agent processes do not get them.
 	SecretEnv []string `yaml:"-"`
+	// File is the absolute path of the file the config was loaded from
+	// ("": the built-in configuration, or one parsed from bytes); its
+	// relative paths were resolved against its directory (paths.go).
+	File string `yaml:"-"`
 }
 
 // HTTP is the API server.
@@ -176,23 +180,41 @@ func keyErr(key, format string, args ...any) error {
 	return &Error{Key: key, Msg: fmt.Sprintf(format, args...)}
 }
 
-// Load reads, expands, checks and validates the file at path.
+// Load reads, expands, checks and validates the file at path; its relative
+// paths are resolved against its directory (paths.go).
 func Load(path string) (*Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	return Parse(b)
+	dir, err := absDir(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := parse(b, dir)
+	if err != nil {
+		return nil, err
+	}
+	c.File = filepath.Join(dir, filepath.Base(path))
+	return c, nil
 }
 
-// Parse is Load from bytes.
-func Parse(b []byte) (*Config, error) {
+// Parse is Load from bytes: relative paths stay relative to the current
+// directory.
+func Parse(b []byte) (*Config, error) { return parse(b, "") }
+
+// parse is Parse with the relative paths resolved against dir ("": left
+// as they are).
+func parse(b []byte, dir string) (*Config, error) {
 	c, file, err := decode[Config](b)
 	if err != nil {
 		return nil, err
 	}
 	c.SecretEnv = file.secretEnv
 	c.setDefaults()
+	if dir != "" {
+		c.resolvePaths(dir)
+	}
 	if err := c.Validate(); err != nil {
 		return nil, file.at(err)
 	}
@@ -295,7 +317,7 @@ func (c *Config) Validate() error {
 		switch a.Kind {
 		case "exec", "claude", "codex", "runner":
 		default:
-			return keyErr(k+".kind", "unknown kind %q (want exec, claude or codex)", a.Kind)
+			return keyErr(k+".kind", "unknown kind %q (want exec, claude, codex or runner)", a.Kind)
 		}
 		if a.Kind == "exec" && len(a.Command) == 0 {
 			return keyErr(k+".command", "required for kind exec")

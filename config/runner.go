@@ -81,16 +81,25 @@ type RunnerSide struct {
 	Insecure  bool     `yaml:"insecure"`
 }
 
-// LoadRunner reads and validates a runner's configuration.
+// LoadRunner reads and validates a runner's configuration; its relative
+// paths (runner.token_file, runner.ca_file, log.file, each agent's workdir
+// and home) are resolved against its directory, like the bridge's.
 func LoadRunner(path string) (*RunnerFile, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
+	dir, err := absDir(path)
+	if err != nil {
+		return nil, err
+	}
 	f, file, err := decode[RunnerFile](b)
 	if err != nil {
 		return nil, err
 	}
+	f.Runner.TokenFile, f.Runner.CAFile = resolve(dir, f.Runner.TokenFile), resolve(dir, f.Runner.CAFile)
+	f.Log.resolve(dir)
+	resolveAgents(dir, f.Agents)
 	return f, file.at(f.validate())
 }
 

@@ -20,6 +20,28 @@ func secretPair(key, value, file string, required bool) error {
 
 func lastPart(key string) string { return key[strings.LastIndex(key, ".")+1:] }
 
+// secretRef is one secret key of the config: its inline value and its file.
+type secretRef struct {
+	key         string // http.api_token: the file's key is key+"_file"
+	value, file *string
+}
+
+// secrets are the config's secret keys, of the sections it has.
+func (c *Config) secrets() []secretRef {
+	s := []secretRef{{"http.api_token", &c.HTTP.APIToken, &c.HTTP.APITokenFile}}
+	if sl := c.Slack; sl != nil {
+		s = append(s, secretRef{"slack.bot_token", &sl.BotToken, &sl.BotTokenFile},
+			secretRef{"slack.app_token", &sl.AppToken, &sl.AppTokenFile},
+			secretRef{"slack.signing_secret", &sl.SigningSecret, &sl.SigningSecretFile})
+	}
+	if f := c.Feishu; f != nil {
+		s = append(s, secretRef{"feishu.app_secret", &f.AppSecret, &f.AppSecretFile},
+			secretRef{"feishu.verification_token", &f.VerificationToken, &f.VerificationTokenFile},
+			secretRef{"feishu.encrypt_key", &f.EncryptKey, &f.EncryptKeyFile})
+	}
+	return s
+}
+
 // Secret returns value, or the trimmed content of file when value is empty.
 // A secret file must be a regular file that neither group nor others may
 // read or write (mode 0600 or stricter); otherwise the error names the key

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -501,10 +500,7 @@ func (b *Bridge) Wait() { b.del.Wait() }
 
 // runtimeFor builds the runtime of agent name from its config.
 func runtimeFor(cfg *config.Config, name string, a config.Agent) (agents.Runtime, error) {
-	workdir := a.Workdir
-	if workdir == "" {
-		workdir = filepath.Join(cfg.DataDir, "work", name)
-	}
+	workdir := cfg.AgentWorkdir(name)
 	switch k := process.Kind(a.Kind); k {
 	case process.Exec, process.Claude, process.Codex:
 		return &process.Runtime{Kind: k, Command: a.Command, Workdir: workdir, Home: a.Home, TurnTimeout: a.TurnTimeout, HideEnv: cfg.SecretEnv,

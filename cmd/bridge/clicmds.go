@@ -53,7 +53,7 @@ func configFlag(c *cobra.Command, def, usage string) *string {
 func runCommand() *cobra.Command {
 	c := command("run", "run the daemon (no config: console room, embedded store, demo agents)", noArgs)
 	var o runOptions
-	c.Flags().StringVar(&o.config, "config", "", "the config `FILE` (default: console room, embedded store, demo agents)")
+	c.Flags().StringVar(&o.config, "config", "", "the config `FILE` (default: ./bridge.yaml, else the built-in one: console room, embedded store, demo agents)")
 	_ = c.MarkFlagFilename("config", "yaml", "yml")
 	c.Flags().StringVar(&o.http, "http", "", "the `ADDR` the API listens on (overrides http.addr; port 0 picks a free port)")
 	c.Flags().StringVar(&o.logLevel, "log-level", "", "log `LEVEL`: debug, info, warn or error (overrides log.level)")
@@ -91,7 +91,7 @@ func demoAgentCommand() *cobra.Command {
 
 func configCheckCommand() *cobra.Command {
 	c := command("check", "validate a configuration and say what it will do", noArgs)
-	path := configFlag(c, "", "the config `FILE` (default: the built-in one)")
+	path := configFlag(c, "", "the config `FILE` (default: ./bridge.yaml, else the built-in one)")
 	c.RunE = func(c *cobra.Command, _ []string) error { return configCheck(*path, c.OutOrStdout()) }
 	return c
 }
@@ -106,7 +106,7 @@ type apiOptions struct {
 func apiFlags(c *cobra.Command) *apiOptions {
 	o := &apiOptions{}
 	c.Flags().StringVar(&o.api, "api", "", "the daemon API's base `URL` (default: from the config and its data_dir)")
-	c.Flags().StringVar(&o.config, "config", "", "the config `FILE` (default: the built-in one, data in ./.roombridge)")
+	c.Flags().StringVar(&o.config, "config", "", "the config `FILE` (default: ./bridge.yaml, else the built-in one, data in ./.roombridge)")
 	_ = c.MarkFlagFilename("config", "yaml", "yml")
 	for _, n := range []string{"api", "config"} {
 		_ = c.Flags().SetAnnotation(n, sharedFlag, []string{"true"})
@@ -241,7 +241,7 @@ func storeBackupCommand() *cobra.Command {
 
 func storeRestoreCommand() *cobra.Command {
 	c := command("restore FILE", "restore a backup into an empty data_dir or etcd prefix (no bridge running)", nArgs(1, 1, "one FILE"))
-	path := configFlag(c, "", "the config `FILE` (default: the built-in one, data in ./.roombridge)")
+	path := configFlag(c, "", "the config `FILE` (default: ./bridge.yaml, else the built-in one, data in ./.roombridge)")
 	c.RunE = func(c *cobra.Command, args []string) error {
 		return storeRestore(c.Context(), *path, args[0], c.OutOrStdout())
 	}
@@ -250,7 +250,7 @@ func storeRestoreCommand() *cobra.Command {
 
 func storeMigrateCommand() *cobra.Command {
 	c := command("migrate", "bring a stopped single node's store to this binary's format", noArgs)
-	path := configFlag(c, "", "the config `FILE` (default: the built-in one, data in ./.roombridge)")
+	path := configFlag(c, "", "the config `FILE` (default: ./bridge.yaml, else the built-in one, data in ./.roombridge)")
 	dry := c.Flags().Bool("dry-run", false, "say what would change; write nothing")
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		return storeMigrate(c.Context(), *path, *dry, c.OutOrStdout())

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -12,9 +14,19 @@ import (
 	"github.com/roombridge/roombridge/config"
 )
 
-// loadConfig loads path, or the default configuration when path is "".
+// defaultConfigFile is the config file used when --config is not given, if
+// the current directory has one.
+const defaultConfigFile = "bridge.yaml"
+
+// loadConfig loads path; without one, ./bridge.yaml if there is one, else
+// the built-in configuration (console room, embedded store, demo agents).
 func loadConfig(path string) (*config.Config, error) {
 	if path == "" {
+		if _, err := os.Stat(defaultConfigFile); err == nil {
+			return config.Load(defaultConfigFile)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("config: %w", err)
+		}
 		exe, err := os.Executable()
 		if err != nil {
 			return nil, fmt.Errorf("finding own executable: %w", err)
@@ -24,14 +36,30 @@ func loadConfig(path string) (*config.Config, error) {
 	return config.Load(path)
 }
 
+// configSource says where c came from: its file, or the built-in one.
+func configSource(c *config.Config) string {
+	return orDefault(c.File, "built-in (no --config, no ./"+defaultConfigFile+")")
+}
+
 // configCheck is `config check`: it loads the config at path and says what
-// it will do.
+// it will do. It refuses what `run` refuses (preflight) but a port in use,
+// which it warns of (the bridge may be running).
 func configCheck(path string, out io.Writer) error {
 	c, err := loadConfig(path)
 	if err != nil {
 		return err
 	}
+	ln, portErr, err := preflight(c)
+	if err != nil {
+		return err
+	}
+	if ln != nil {
+		_ = ln.Close()
+	}
 	describeConfig(out, c)
+	if portErr != nil {
+		fmt.Fprintf(out, "warning: %v (run would not start now; is a bridge running?)\n", portErr)
+	}
 	return nil
 }
 
@@ -44,6 +72,8 @@ func describeConfig(out io.Writer, c *config.Config) {
 	}
 	slices.Sort(agentNames)
 	fmt.Fprintf(out, "config ok: owner %s, %d room(s), agents %s\n", c.Owner, len(c.Rooms), strings.Join(agentNames, ", "))
+	fmt.Fprintf(out, "config: %s; relative paths are relative to %s\n", configSource(c),
+		orDefault(c.Dir(), "the current directory"))
 	var surfaces []string
 	if c.Slack != nil {
 		surfaces = append(surfaces, "slack ("+orDefault(c.Slack.Mode, "socket")+" mode)")
@@ -68,8 +98,7 @@ func describeConfig(out io.Writer, c *config.Config) {
 			orDefault(strings.Join(r.Approvers, ", "), "the owners"))
 	}
 	for _, n := range agentNames {
-		a := c.Agents[n]
-		fmt.Fprintf(out, "agent %s: %s, %s, workdir %s\n", n, a.Kind, strings.Join(a.Command, " "), orDefault(a.Workdir, "the current directory"))
+		fmt.Fprintf(out, "agent %s: %s\n", n, describeAgent(c, n))
 	}
 	if c.HA != nil {
 		fmt.Fprintf(out, "store: etcd %s (prefix %s); HA: the instances elect a leader (lease %s)\n",
@@ -77,4 +106,18 @@ func describeConfig(out io.Writer, c *config.Config) {
 	} else {
 		fmt.Fprintf(out, "store: bolt %s; single node\n", filepath.Join(c.DataDir, "bridge.db"))
 	}
+}
+
+// describeAgent says how agent n runs: on its runner, or its kind, command
+// and workdir.
+func describeAgent(c *config.Config, n string) string {
+	a := c.Agents[n]
+	if a.Kind == "runner" {
+		return "on runner " + a.Runner
+	}
+	d := fmt.Sprintf("%s, %s, workdir %s", a.Kind, orDefault(strings.Join(a.Command, " "), a.Program()), c.AgentWorkdir(n))
+	if a.Home != "" {
+		d += ", home " + a.Home
+	}
+	return d
 }

@@ -63,8 +63,18 @@ func orDefault(s, def string) string {
 }
 
 // daemon runs the bridge until ctx ends, then stops gracefully within
-// shutdown.grace (core.Bridge.Stop).
+// shutdown.grace (core.Bridge.Stop). It makes nothing (data_dir, api.token,
+// the store) before its checks and its listen succeed: a start refused
+// leaves nothing half-made.
 func daemon(ctx context.Context, cfg *config.Config) error {
+	ln, portErr, err := preflight(cfg)
+	if err != nil {
+		return err
+	}
+	if portErr != nil {
+		return portErr
+	}
+	defer ln.Close()
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data_dir: %w", err)
 	}
@@ -89,11 +99,6 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
-	if err != nil {
-		return fmt.Errorf("http.addr: %w", err)
-	}
-	defer ln.Close()
 	addr := ln.Addr().String()
 	inst := core.Self(be.name)
 	if be.advertise != nil {
@@ -112,7 +117,7 @@ func daemon(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	log.Info("bridge started", "api", b.URL(), "data_dir", cfg.DataDir, "store", be.desc, "version", core.Version(), "format", core.KnownFormat(),
+	log.Info("bridge started", "api", b.URL(), "config", configSource(cfg), "data_dir", cfg.DataDir, "store", be.desc, "version", core.Version(), "format", core.KnownFormat(),
 		"agents", b.AgentCount(), "surfaces", strings.Join(b.Surfaces(), ","))
 	if w := b.Web(); w != nil {
 		log.Info("web room", "url", w.URL())

@@ -164,25 +164,38 @@ func (p *proc) tryAPI(dataDir string) (base, token string, ok bool) {
 // API client hc.
 func (p *proc) tryAPIVia(dataDir, scheme string, hc *http.Client) (base, token string, ok bool) {
 	p.t.Helper()
+	if base, ok = p.listening(dataDir, scheme, hc); !ok {
+		return "", "", false
+	}
+	tok, err := os.ReadFile(filepath.Join(dataDir, "api.token"))
+	if err != nil {
+		p.t.Fatalf("daemon listens, but: %v", err)
+	}
+	return base, strings.TrimSpace(string(tok)), true
+}
+
+// listening waits until the daemon whose data dir is dataDir has written
+// its address there and answers /healthz on it, and returns its base URL;
+// ok is false if it exited first.
+func (p *proc) listening(dataDir, scheme string, hc *http.Client) (base string, ok bool) {
+	p.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		addr, err1 := os.ReadFile(filepath.Join(dataDir, "http.addr"))
-		tok, err2 := os.ReadFile(filepath.Join(dataDir, "api.token"))
-		if err1 == nil && err2 == nil {
+		if addr, err := os.ReadFile(filepath.Join(dataDir, "http.addr")); err == nil {
 			base := scheme + "://" + strings.TrimSpace(string(addr))
 			if resp, err := hc.Get(base + "/healthz"); err == nil {
 				resp.Body.Close()
-				return base, strings.TrimSpace(string(tok)), true
+				return base, true
 			}
 		}
 		select {
 		case <-p.done:
-			return "", "", false
+			return "", false
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	p.t.Fatal("daemon did not start listening within 30s")
-	return "", "", false
+	return "", false
 }
 
 // call makes an API call and decodes the JSON answer into v (if not nil).

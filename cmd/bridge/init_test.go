@@ -18,6 +18,9 @@ import (
 // manifest the connector's declarations make, the Feishu settings from the
 // same source, and refuses to overwrite any of it.
 func TestInit(t *testing.T) {
+	// From a test binary init writes ./bin/bridge as the agents' command,
+	// which config check wants to exist.
+	t.Chdir(testBuildAt(t))
 	dir := filepath.Join(t.TempDir(), "mybridge")
 	var out bytes.Buffer
 	if err := run(t.Context(), []string{"init", "--dir", dir, "--slack", "--feishu"}, &out, io.Discard); err != nil {

@@ -220,7 +220,7 @@ func TestReadmeSetup(t *testing.T) {
 		t.Fatalf("README set-up block %q: want the one build line", block)
 	}
 	next := readmeBlock(t, strings.SplitN(readme(t), "\n## Set-up\n", 2)[1], "never overwrites a file; `--slack` also writes the Slack app manifest,\n`--feishu` prints what to enable in the Feishu app:")
-	dir := t.TempDir()
+	dir := testBuildAt(t)
 	for _, l := range next {
 		args, ok := strings.CutPrefix(l, "./bin/bridge ")
 		if !ok {
@@ -231,6 +231,21 @@ func TestReadmeSetup(t *testing.T) {
 			t.Fatalf("%s: exit %d: %s%s", l, code, stderr, out)
 		}
 	}
+}
+
+// testBuildAt returns a new directory whose bin/bridge is the test's build
+// (the README's `go build -o bin/bridge`): the agent command `bridge init`
+// writes from a temporary build, which config check checks.
+func testBuildAt(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(bridgeBin, filepath.Join(dir, "bin", "bridge")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // TestHelpNamesInvokedProgram: help and usage errors name the program as it
