@@ -56,7 +56,9 @@ func initConfigDir(o initOptions, out io.Writer) error {
 		data []byte
 		mode fs.FileMode
 	}{
-		{cfgPath, []byte(initConfig(consoleUserName(), dataDir, tokenPath, agent, o.publicURL)), 0o644},
+		// The config names its paths relative to itself (config.Load
+		// resolves them against its directory), wherever init ran.
+		{cfgPath, []byte(initConfig(consoleUserName(), ".roombridge", filepath.Join(".roombridge", "api.token"), agent, o.publicURL)), 0o644},
 		{tokenPath, []byte(hex.EncodeToString(tok) + "\n"), 0o600},
 	}
 	slackMode := slack.ModeSocket

@@ -44,6 +44,14 @@ func TestInit(t *testing.T) {
 			t.Errorf("the config does not explain %s", key)
 		}
 	}
+	// Its paths are the files init wrote, however the config is reached:
+	// relative to the config's directory.
+	if cfg.DataDir != filepath.Join(dir, ".roombridge") || cfg.HTTP.APITokenFile != filepath.Join(dir, ".roombridge", "api.token") {
+		t.Errorf("data_dir %s, api_token_file %s: want %s's own .roombridge", cfg.DataDir, cfg.HTTP.APITokenFile, dir)
+	}
+	if !strings.Contains(string(raw0(t, dir)), "data_dir: .roombridge\n") {
+		t.Errorf("the config names data_dir by an absolute or cwd-relative path: want .roombridge")
+	}
 	st, err := os.Stat(cfg.HTTP.APITokenFile)
 	if err != nil || st.Mode().Perm() != 0o600 || st.Size() < 32 {
 		t.Errorf("api token %s: %v, mode %v: want a token of mode 0600", cfg.HTTP.APITokenFile, err, st)
@@ -198,4 +206,14 @@ func TestExportFormat(t *testing.T) {
 			t.Errorf("--format %q -o %q: %s (%v), want %s", c.flag, c.out, got, err, c.want)
 		}
 	}
+}
+
+// raw0 is the config init wrote into dir.
+func raw0(t *testing.T, dir string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "bridge.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
