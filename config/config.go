@@ -170,10 +170,14 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	if e.Line > 0 {
-		return fmt.Sprintf("config: %s: %s at line %d", e.Key, e.Msg, e.Line)
+	msg := e.Msg
+	if g := guide(e.Key); g != "" {
+		msg += " (" + g + ")"
 	}
-	return "config: " + e.Key + ": " + e.Msg
+	if e.Line > 0 {
+		return fmt.Sprintf("config: %s: %s at line %d", e.Key, msg, e.Line)
+	}
+	return "config: " + e.Key + ": " + msg
 }
 
 func keyErr(key, format string, args ...any) error {
