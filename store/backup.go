@@ -127,6 +127,9 @@ type RestoreOptions struct {
 	BatchKeys int
 	// Progress, if set, is called after each batch with the keys written.
 	Progress func(done, total int)
+	// Finish, if set, runs in the last batch's transaction, once every key
+	// and the format are written: the restore's audit record.
+	Finish func(tx Tx, info BackupInfo) error
 }
 
 // ReadBackup checks a backup from r (whole: header, every line, the
@@ -164,7 +167,7 @@ func Restore(ctx context.Context, st Store, r io.ReadSeeker, o RestoreOptions) (
 	if _, err := readBackup(r, w.add); err != nil {
 		return info, err
 	}
-	if err := w.finish(info.Format); err != nil {
+	if err := w.finish(info, o.Finish); err != nil {
 		return info, err
 	}
 	return info, nil
@@ -319,14 +322,21 @@ func (w *restoreWriter) flush(last func(Tx) error) error {
 	return nil
 }
 
-// finish writes the last batch with the format and clears the mark.
-func (w *restoreWriter) finish(format int) error {
+// finish writes the last batch with the format, clears the mark and runs
+// done (if set) in the same transaction.
+func (w *restoreWriter) finish(info BackupInfo, done func(Tx, BackupInfo) error) error {
 	return w.flush(func(tx Tx) error {
-		if format > 0 {
-			if err := WriteFormat(tx, format); err != nil {
+		if info.Format > 0 {
+			if err := WriteFormat(tx, info.Format); err != nil {
 				return err
 			}
 		}
-		return tx.Delete(MetaBucket, RestoringKey)
+		if err := tx.Delete(MetaBucket, RestoringKey); err != nil {
+			return err
+		}
+		if done != nil {
+			return done(tx, info)
+		}
+		return nil
 	})
 }

@@ -22,7 +22,12 @@ import (
 // bridgeBin is the bridge binary built once for the tests of this package.
 var bridgeBin string
 
-func TestMain(m *testing.M) { testbin.Main(m.Run, &bridgeBin, "-race") }
+func TestMain(m *testing.M) {
+	testbin.Main(func() int {
+		defer oldBinCleanup() // the rolling upgrade's older build, if a test made it
+		return m.Run()
+	}, &bridgeBin, "-race")
+}
 
 // proc is a running bridge process.
 type proc struct {

@@ -93,14 +93,7 @@ func TestCheckRefusesWhatRunRefuses(t *testing.T) {
 // TestCheckWarnsOfPortInUse: a port in use is a warning of config check
 // (the bridge may be running), not an error.
 func TestCheckWarnsOfPortInUse(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "bot.token"), "xoxb-1\n")
-	writeFile(t, filepath.Join(dir, "app.token"), "xapp-1\n")
+	dir, ln := busyPortDir(t)
 	cfg := strings.Replace(fmt.Sprintf(preflightConfig, bridgeBin, "data"), "127.0.0.1:0", ln.Addr().String(), 1)
 	writeFile(t, filepath.Join(dir, "bridge.yaml"), cfg)
 	var out bytes.Buffer
@@ -110,6 +103,21 @@ func TestCheckWarnsOfPortInUse(t *testing.T) {
 	if want := "warning: http.addr: listen tcp " + ln.Addr().String() + ": bind: address already in use"; !strings.Contains(out.String(), want) {
 		t.Errorf("config check output:\n%s\nwant %q", out.String(), want)
 	}
+}
+
+// busyPortDir is a config directory with the Slack tokens of
+// preflightConfig, and a listener that holds a port until the test ends.
+func busyPortDir(t *testing.T) (string, net.Listener) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "bot.token"), "xoxb-1\n")
+	writeFile(t, filepath.Join(dir, "app.token"), "xapp-1\n")
+	return dir, ln
 }
 
 func must(t *testing.T, err error) {
@@ -123,18 +131,11 @@ func must(t *testing.T, err error) {
 // http.addr before it makes anything: no data_dir, no api.token, no
 // bridge.db.
 func TestPortInUseMakesNothing(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "bot.token"), "xoxb-1\n")
-	writeFile(t, filepath.Join(dir, "app.token"), "xapp-1\n")
+	dir, ln := busyPortDir(t)
 	cfg := strings.Replace(fmt.Sprintf(preflightConfig, bridgeBin, "data"), "api_token_file: api.token", "addr: "+ln.Addr().String(), 1)
 	cfg = strings.Replace(cfg, `addr: "127.0.0.1:0", `, "", 1)
 	writeFile(t, filepath.Join(dir, "bridge.yaml"), cfg)
-	err = run(t.Context(), []string{"run", "--config", filepath.Join(dir, "bridge.yaml")}, io.Discard, io.Discard)
+	err := run(t.Context(), []string{"run", "--config", filepath.Join(dir, "bridge.yaml")}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "http.addr: ") {
 		t.Errorf("run with the port in use: %v, want an error about http.addr", err)
 	}

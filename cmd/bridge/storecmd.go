@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/config"
 	"github.com/roombridge/roombridge/core"
 	"github.com/roombridge/roombridge/election"
@@ -109,6 +110,11 @@ func storeRestore(ctx context.Context, path, file string, out io.Writer) error {
 			last = time.Now()
 			fmt.Fprintf(out, "restore: %d of %d keys\n", done, total)
 		}
+	}, Finish: func(tx store.Tx, info store.BackupInfo) error {
+		// The restore is the store's first transition after the backup.
+		return audit.Append(tx, audit.Record{Time: time.Now(), Actor: "bridge", Action: actionRestored,
+			Detail: fmt.Sprintf("from %s: %d keys, format %d, backup taken %s", filepath.Base(file), info.Records, info.Format,
+				info.Taken.Format(time.RFC3339))})
 	}})
 	if err != nil {
 		return err
@@ -116,6 +122,10 @@ func storeRestore(ctx context.Context, path, file string, out io.Writer) error {
 	fmt.Fprintf(out, "restored: %d keys, store format %d, from the backup taken %s\n", info.Records, info.Format, info.Taken.Format(time.RFC3339))
 	return nil
 }
+
+// actionRestored is the audit action of a restore (the last record of the
+// restored store).
+const actionRestored = "store_restored"
 
 // noLeader refuses a restore while an instance leads the HA election.
 func noLeader(ctx context.Context, st *etcd.Store, cfg *config.Config) error {

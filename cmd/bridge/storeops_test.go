@@ -141,6 +141,9 @@ func TestBackupUnderLoad(t *testing.T) {
 			t.Fatalf("audit record %d has seq %d: the chain is broken", i+1, r.Seq)
 		}
 	}
+	if last := recs[len(recs)-1]; last.Action != actionRestored || !strings.Contains(last.Detail, "from backup.jsonl") {
+		t.Errorf("the restored store's last audit record: %+v; want the restore (%s)", last, actionRestored)
+	}
 	t.Logf("backup under load: %d acknowledged before it, %d audit records restored; %s", len(before), len(recs), strings.TrimSpace(out))
 }
 

@@ -19,9 +19,10 @@ import (
 )
 
 var (
-	oldBinOnce sync.Once
-	oldBin     string
-	oldBinErr  error
+	oldBinOnce    sync.Once
+	oldBin        string
+	oldBinErr     error
+	oldBinCleanup = func() {} // TestMain removes the build
 )
 
 // oldBridge is this bridge built to know store format 1 only
@@ -31,7 +32,9 @@ func oldBridge(t *testing.T) string {
 	oldBinOnce.Do(func() {
 		var cleanup func()
 		oldBin, cleanup, oldBinErr = testbin.Build("-race", "-ldflags=-X github.com/roombridge/roombridge/core.maxFormat=1")
-		_ = cleanup // the temp dir goes with the test process's
+		if oldBinErr == nil {
+			oldBinCleanup = cleanup
+		}
 	})
 	if oldBinErr != nil {
 		t.Fatal(oldBinErr)
@@ -105,11 +108,14 @@ func TestRollingUpgrade(t *testing.T) {
 
 	c := startHAWith(t, srv, old)
 	refusal := "this instance may not lead"
-	for !strings.Contains(c.p.Stderr(), refusal) {
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(c.p.Stderr(), refusal); {
 		select {
 		case <-c.p.done:
 			t.Fatalf("the old binary exited:\n%s", c.p.Stderr())
 		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the old binary did not refuse to lead within 30s:\n%s", c.p.Stderr())
 		}
 	}
 	if !strings.Contains(c.p.Stderr(), "the store is in format 2, newer than this binary knows (format 1)") {

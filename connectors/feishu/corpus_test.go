@@ -1,7 +1,6 @@
 package feishu
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/roombridge/roombridge/chat"
 )
@@ -31,34 +29,6 @@ func corpusFile(t testing.TB, name string) []byte {
 		t.Fatal(err)
 	}
 	return b
-}
-
-// corpusConnector runs a callback-mode connector with token and key until
-// the test ends and returns its callback handler and the recorder of what
-// reaches the core.
-func corpusConnector(t *testing.T, token, key string) (http.Handler, *fuzzRecorder) {
-	t.Helper()
-	c, err := New(Options{Mode: ModeCallback, AppID: "cli_corpus", AppSecret: "corpus-secret", VerificationToken: token,
-		EncryptKey: key, BaseURL: "http://127.0.0.1:1", BotOpenID: fuzzBot, AckBudget: time.Minute,
-		Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &fuzzRecorder{}
-	h := c.Routes(rec)["POST "+EventsPath]
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = c.Run(ctx, rec)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	for deadline := time.Now().Add(10 * time.Second); c.running.Load() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the connector did not start")
-		}
-	}
-	return h, rec
 }
 
 // TestCorpusCallbacks posts every inbound corpus file as Feishu would, with
@@ -82,7 +52,7 @@ func TestCorpusCallbacks(t *testing.T) {
 				}
 				body = b
 			}
-			h, rec := corpusConnector(t, tc.token, tc.key)
+			h, rec := callbackConnector(t, tc.token, tc.key)
 			req := httptest.NewRequest(http.MethodPost, EventsPath, strings.NewReader(string(body)))
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, req)
@@ -97,7 +67,7 @@ func TestCorpusCallbacks(t *testing.T) {
 				t.Fatalf("a url_verification reached the core: %+v", evs)
 			}
 
-			h, rec = corpusConnector(t, "not-"+tc.token, tc.key)
+			h, rec = callbackConnector(t, "not-"+tc.token, tc.key)
 			status, _ := serve(h, body, nil)
 			if status != http.StatusUnauthorized {
 				t.Fatalf("with another verification token: answered %d, want 401", status)

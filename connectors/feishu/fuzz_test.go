@@ -80,19 +80,28 @@ func (r *fuzzRecorder) take(t *testing.T, status int) []chat.Event {
 }
 
 // fuzzConnector runs a callback-mode connector (encrypted with fuzzKey when
-// encrypted) until the fuzz test ends, and returns its callback handler. The
-// bot's open_id is known (no bot/v3/info call) and the ack budget is long, so
-// every event has reached the recorder when the handler returns.
+// encrypted) until the fuzz test ends, and returns its callback handler.
 func fuzzConnector(f *testing.F, encrypted bool) (http.Handler, *fuzzRecorder) {
 	f.Helper()
-	o := Options{Mode: ModeCallback, AppID: "cli_fuzz", AppSecret: "fuzz-secret", VerificationToken: fuzzToken,
-		BaseURL: "http://127.0.0.1:1", BotOpenID: fuzzBot, AckBudget: time.Minute, Log: slog.New(slog.DiscardHandler)}
+	key := ""
 	if encrypted {
-		o.EncryptKey = fuzzKey
+		key = fuzzKey
 	}
-	c, err := New(o)
+	return callbackConnector(f, fuzzToken, key)
+}
+
+// callbackConnector runs a callback-mode connector with verification token
+// token and encrypt key key ("": plain) until the test ends, and returns its
+// callback handler and the recorder of what reaches the core. The bot's
+// open_id is known (no bot/v3/info call) and the ack budget is long, so
+// every event has reached the recorder when the handler returns.
+func callbackConnector(tb testing.TB, token, key string) (http.Handler, *fuzzRecorder) {
+	tb.Helper()
+	c, err := New(Options{Mode: ModeCallback, AppID: "cli_fuzz", AppSecret: "fuzz-secret", VerificationToken: token,
+		EncryptKey: key, BaseURL: "http://127.0.0.1:1", BotOpenID: fuzzBot, AckBudget: time.Minute,
+		Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		f.Fatal(err)
+		tb.Fatal(err)
 	}
 	rec := &fuzzRecorder{}
 	h := c.Routes(rec)["POST "+EventsPath]
@@ -102,10 +111,10 @@ func fuzzConnector(f *testing.F, encrypted bool) (http.Handler, *fuzzRecorder) {
 		defer close(done)
 		_ = c.Run(ctx, rec)
 	}()
-	f.Cleanup(func() { cancel(); <-done })
+	tb.Cleanup(func() { cancel(); <-done })
 	for deadline := time.Now().Add(10 * time.Second); c.running.Load() == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			f.Fatal("the connector did not start")
+			tb.Fatal("the connector did not start")
 		}
 	}
 	return h, rec

@@ -43,8 +43,8 @@
 //	               commit of the transaction that applied a runner's report
 //	               (its mark stored with it), before the bridge
 //	               acknowledges it to the runner.
-//	migrate_batch  (AtCommit) store/migrate: at the commit of each batch
-//	               of a migration step, before the next.
+//	migrate_batch  (AtCommit) store/migrate, Batch: at the commit of each
+//	               batch of a migration step, before the next.
 //	migrate_done   (AtCommit) store/migrate, finish: at the commit of the
 //	               transaction that moves the store's format and audits
 //	               the step, before the bridge goes on.

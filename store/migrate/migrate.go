@@ -17,10 +17,11 @@ type Counts map[string]int
 type Step struct {
 	// To is the format the step produces.
 	To int
-	// Name is short and stable, e.g. "lean-expiry".
+	// Name is short and stable, e.g. "lean-dedupe".
 	Name string
-	// Run does the step in batches of bounded size, each its own
-	// st.Update. It must be resumable: after a crash anywhere it is run
+	// Run does the step in batches of bounded size, each through Batch
+	// (its own transaction, which adds its counts to the step's mark). It
+	// must be resumable: after a crash anywhere it is run
 	// again from the start and finishes the job, duplicating nothing (each
 	// batch idempotent). With dryRun it writes nothing and returns what it
 	// would change. progress, if not nil, is called after each batch with

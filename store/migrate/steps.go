@@ -12,9 +12,10 @@ import (
 // (store.PurgeDedupe). The step deletes format 1's dedupe timers from the
 // expiry index. A new binary's writes while it runs add none: it tolerates
 // them.
-var LeanDedupe = Step{To: 2, Name: "lean-dedupe"}
+var LeanDedupe = Step{To: leanDedupe, Name: "lean-dedupe", Run: runLeanDedupe}
 
-func init() { LeanDedupe.Run = runLeanDedupe } // runLeanDedupe names LeanDedupe.To
+// leanDedupe is the format LeanDedupe produces.
+const leanDedupe = 2
 
 // stepBatch bounds the keys one transaction of a step writes (an etcd
 // store's MaxWrites lowers it).
@@ -40,7 +41,7 @@ func runLeanDedupe(ctx context.Context, st store.Store, dry bool, progress func(
 	}
 	batch, total := batchFor(st), 0
 	for {
-		got, err := Batch(ctx, st, LeanDedupe.To, func(tx store.Tx) (Counts, error) {
+		got, err := Batch(ctx, st, leanDedupe, func(tx store.Tx) (Counts, error) {
 			n, err := store.DropDedupeTimers(tx, batch, false)
 			return Counts{"dedupe_timers": n}, err
 		})

@@ -81,9 +81,25 @@ func testBackupRestore(t *testing.T, open Opener) {
 	}
 	var progress int
 	if _, err := store.Restore(context.Background(), dst, bytes.NewReader(full), store.RestoreOptions{BatchKeys: 100,
-		Progress: func(done, total int) { progress = done }}); err != nil {
+		Progress: func(done, total int) { progress = done },
+		Finish: func(tx store.Tx, info store.BackupInfo) error {
+			// Last: every key is there, the mark is gone.
+			if _, err := tx.Get("bucket2", "k0599"); err != nil {
+				return fmt.Errorf("Finish ran before the last key: %w", err)
+			}
+			if _, err := tx.Get(store.MetaBucket, store.RestoringKey); !errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("Finish ran with the restore's mark still there: %v", err)
+			}
+			return tx.Put("finish", "done", []byte(fmt.Sprint(info.Records)))
+		}}); err != nil {
 		t.Fatalf("Restore: %v", err)
 	}
+	update(t, dst, func(tx store.Tx) error {
+		if v, err := tx.Get("finish", "done"); err != nil || string(v) != "602" {
+			t.Errorf("Finish's write: %q, %v; want 602 (the backup's count)", v, err)
+		}
+		return tx.Delete("finish", "done") // the comparison below is of the backup's keys
+	})
 	if progress != 601 { // the format key is written with the last batch, not counted
 		t.Errorf("Restore's progress ended at %d, want 601", progress)
 	}
