@@ -85,10 +85,10 @@ func testBackupRestore(t *testing.T, open Opener) {
 		Finish: func(tx store.Tx, info store.BackupInfo) error {
 			// Last: every key is there, the mark is gone.
 			if _, err := tx.Get("bucket2", "k0599"); err != nil {
-				return fmt.Errorf("Finish ran before the last key: %w", err)
+				return fmt.Errorf("finish ran before the last key: %w", err)
 			}
 			if _, err := tx.Get(store.MetaBucket, store.RestoringKey); !errors.Is(err, store.ErrNotFound) {
-				return fmt.Errorf("Finish ran with the restore's mark still there: %v", err)
+				return fmt.Errorf("finish ran with the restore's mark still there: %v", err)
 			}
 			return tx.Put("finish", "done", []byte(fmt.Sprint(info.Records)))
 		}}); err != nil {
