@@ -290,7 +290,7 @@ func secondHelloRefused(t *testing.T, g *hubRig, c *conn) {
 	if g.conn() != c {
 		t.Fatal("the busy connection was replaced by the new process; want it kept, the new one refused")
 	}
-	if !strings.Contains(g.logs.String(), "is busy handing on a frame; keeping it") {
+	if !strings.Contains(g.logs.String(), "is busy handing on a frame or starting; keeping it") {
 		t.Fatal("the hub does not say it kept the connection for being busy")
 	}
 }
@@ -354,6 +354,21 @@ func TestProbeKeepsConnectionRecordingTaskEnd(t *testing.T) {
 	}
 	eventually(t, "the receive loop held recording the task's end", c.handing.Load)
 	secondHelloRefused(t, g, c)
+}
+
+// TestProbeKeepsStartingConnection: a connection just attached whose
+// start is held writing to the store (when the runner was last seen), its
+// receive loop not started yet, is alive too: another process's hello
+// probing it meanwhile is refused.
+func TestProbeKeepsStartingConnection(t *testing.T) {
+	g := newHubRig(t)
+	holdStore(t, g)
+	g.runner(t, g.url, map[string]agents.Runtime{"coder": answer{}, "other": answer{}}, nil)
+	eventually(t, "laptop attached", func() bool { return g.conn() != nil })
+	secondHelloRefused(t, g, g.conn())
+	if strings.Contains(g.logs.String(), `msg="runner connected"`) {
+		t.Fatal("the connection's start went on while the store was held; want it held (the test's premise)")
+	}
 }
 
 // TestFrameForLeftTurnDropped: the receive loop is held handing a frame
