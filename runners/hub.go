@@ -132,9 +132,9 @@ type conn struct {
 	probed chan struct{}
 	// beating: a heartbeat's send has not returned yet.
 	beating atomic.Bool
-	// handing: the receive loop is handing a frame on (to its turn, or a
-	// task end to the store) and reads nothing meanwhile: a probe's
-	// answer may wait unread behind it.
+	// handing: no frame is read meanwhile (a probe's answer waits unread):
+	// the receive loop is handing one on (to its turn, or a task end to
+	// the store) or has not started (the connection's start uses the store).
 	handing atomic.Bool
 }
 
@@ -257,6 +257,7 @@ func (h *Hub) connect(stream grpc.ServerStream) error {
 	for _, id := range hello.Live {
 		c.live[id] = true
 	}
+	c.handing.Store(true) // until receive reads its frames
 	// The welcome is the connection's first frame: a turn that attach
 	// wakes sends its frame only after it (the runner reads the first
 	// frame as the welcome, and a turn sent before it was lost).
@@ -417,9 +418,9 @@ func (h *Hub) probe(ctx context.Context, hello Frame) *conn {
 				continue
 			}
 			if old.handing.Load() {
-				// Its receive loop is busy with a frame the runner sent (a
-				// slow store): the connection is alive, its answer unread.
-				h.o.Log.Info("runner: the probed connection is busy handing on a frame; keeping it", "runner", hello.Runner)
+				// Busy with a frame the runner sent, or its start, and a
+				// slow store: the connection is alive, its answer unread.
+				h.o.Log.Info("runner: the probed connection is busy handing on a frame or starting; keeping it", "runner", hello.Runner)
 				return nil
 			}
 			return old
@@ -443,6 +444,7 @@ func (h *Hub) detach(name string, c *conn) {
 
 // receive routes the runner's frames to the turns they are about.
 func (h *Hub) receive(name string, c *conn) error {
+	c.handing.Store(false)
 	for {
 		var f Frame
 		if err := c.stream.RecvMsg(&f); err != nil {
