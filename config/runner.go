@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Runners configures the bridge's side of runners (docs/runners.md):
+// Runners configures the bridge's side of runners (docs/design.md §6):
 //
 //	runners: {grace: 30s, heartbeat: 5s}
 //	agents: {coder: {kind: runner, runner: laptop}}

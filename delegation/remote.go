@@ -12,7 +12,7 @@ import (
 )
 
 // Remote runs the background commands of agents hosted elsewhere (a
-// runner: docs/runners.md). Their tasks live in this store like any;
+// runner: docs/design.md §6). Their tasks live in this store like any;
 // the command runs there and its end comes back through EndTask.
 type Remote interface {
 	// Hosts reports whether agent's commands run elsewhere.

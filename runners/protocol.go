@@ -1,4 +1,4 @@
-// Package runners hosts agents on other machines (docs/runners.md): the
+// Package runners hosts agents on other machines (docs/design.md §6): the
 // wire protocol between the bridge and `bridge runner` (gRPC bidirectional
 // streaming with a JSON codec, no codegen), the bridge's side (Hub: runner
 // tokens, connections, which runner hosts which agent, heartbeats and the
@@ -17,7 +17,7 @@ import (
 	"github.com/roombridge/roombridge/agents"
 )
 
-// Frame types (see docs/runners.md).
+// Frame types (see docs/design.md §6).
 const (
 	FrameHello     = "hello"     // r→b: runner, agents, live
 	FrameWelcome   = "welcome"   // b→r: heartbeat

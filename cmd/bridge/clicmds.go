@@ -199,7 +199,7 @@ func auditExportCommand() *cobra.Command {
 }
 
 func runnerCommand() *cobra.Command {
-	c := command("runner", "host agents on this machine, connected out to the bridge (docs/runners.md)", noArgs)
+	c := command("runner", "host agents on this machine, connected out to the bridge (docs/design.md §6)", noArgs)
 	path := configFlag(c, "runner.yaml", "the runner config `FILE`")
 	c.RunE = func(c *cobra.Command, _ []string) error { return runRunner(c.Context(), *path) }
 	return c

@@ -24,7 +24,7 @@ import (
 )
 
 // runRunner is `bridge runner`: it hosts the agents of the runner config at
-// path on this machine and connects out to the bridge (docs/runners.md).
+// path on this machine and connects out to the bridge (docs/design.md §6).
 func runRunner(ctx context.Context, path string) error {
 	f, err := config.LoadRunner(path)
 	if err != nil {

@@ -2,7 +2,7 @@
 // that a connector answers a platform's redelivery of one from what it
 // recorded instead of handing it to the core again. A platform redelivers
 // an event the connector left unacknowledged (its ack budget ran out while
-// the core went on with it, docs/design.md §3): handed to the core again, a
+// the core went on with it, docs/design.md §4): handed to the core again, a
 // command would run twice ("R-07 cancelled", then "R-07 has already ended",
 // a false refusal audited) and a refusal would be told twice.
 //

@@ -29,7 +29,7 @@ import (
 	"github.com/roombridge/roombridge/runners"
 )
 
-// The real CLIs hosted by a runner (docs/runners.md): the bridge's agent
+// The real CLIs hosted by a runner (docs/design.md §6): the bridge's agent
 // "agent" is `kind: runner`; a runners.Runner in this process connects
 // to the bridge over gRPC and runs the CLI as its child in its own
 // workdir; the CLI reaches the bridge's tools only through the runner's
