@@ -191,6 +191,12 @@ func BenchmarkCreateVsFencedTxn(b *testing.B) {
 	if _, err := newService(rec).Create(ctx, ask(1<<30)); err != nil {
 		b.Fatal(err)
 	}
+	keys := make([]string, 0, len(rec.writes))
+	for k, n := range rec.writes {
+		keys = append(keys, fmt.Sprintf("%s (%d B)", k, n))
+	}
+	slices.Sort(keys)
+	b.Logf("a creation writes %d keys: %v", len(keys), keys)
 	svc := newService(s)
 	fenceKey, fenceRev, ok := l.Term()
 	if !ok {
