@@ -17,7 +17,8 @@ import (
 // answers Slack gave as the SDKs recorded them (testdata/platforms/slack):
 // the same fields with the same JSON types. Every field of a concrete
 // recorded answer (chat.postMessage: slack-go's fixture, which records some
-// of the fields) must be in the fake's, with its type; a java-slack-sdk
+// of the fields; the stream methods: python-slack-sdk's) must be in the
+// fake's, with its type; a java-slack-sdk
 // schema sample (the union of the fields Slack answered with, values
 // blanked) must contain every field of the fake's answer, with its type.
 func TestShapesAsRecorded(t *testing.T) {
@@ -43,6 +44,14 @@ func TestShapesAsRecorded(t *testing.T) {
 		return b
 	}
 	parent := post("chat.postMessage", slacktest.DefaultBotToken, url.Values{"channel": {"C0"}, "text": {"parent"}})
+	bot := func(method string, form url.Values) []byte { return post(method, slacktest.DefaultBotToken, form) }
+	// The stream goes to another channel: the fake spaces posts per channel.
+	streamParent := bot("chat.postMessage", url.Values{"channel": {"C1"}, "text": {"parent"}})
+	started := bot("chat.startStream", url.Values{"channel": {"C1"}, "thread_ts": {tsOf(t, streamParent)},
+		"recipient_user_id": {"U0MEMBER"}, "recipient_team_id": {slacktest.TeamID}})
+	stream := url.Values{"channel": {"C1"}, "ts": {tsOf(t, started)}, "markdown_text": {"more"}}
+	appended := bot("chat.appendStream", stream)
+	stopped := bot("chat.stopStream", url.Values{"channel": {"C1"}, "ts": {tsOf(t, started)}})
 	for _, tc := range []struct {
 		method, recorded string
 		schema           bool // recorded is a schema sample: the fake's fields must be in it
@@ -53,8 +62,18 @@ func TestShapesAsRecorded(t *testing.T) {
 		{"auth.test", "auth.test.schema.json", true, post("auth.test", slacktest.DefaultBotToken, nil)},
 		{"apps.connections.open", "apps.connections.open.schema.json", true,
 			post("apps.connections.open", slacktest.DefaultAppToken, nil)},
+		{"chat.update", "chat.update.schema.json", true,
+			bot("chat.update", url.Values{"channel": {"C0"}, "ts": {tsOf(t, parent)}, "text": {"edited"}})},
+		{"chat.postEphemeral", "chat.postEphemeral.schema.json", true,
+			bot("chat.postEphemeral", url.Values{"channel": {"C0"}, "user": {"U0MEMBER"}, "text": {"psst"}})},
+		{"chat.startStream", "chat.startStream.schema.json", true, started},
+		{"chat.appendStream", "chat.appendStream.schema.json", true, appended},
+		// python-slack-sdk's recorded answer of the stream methods.
+		{"chat.startStream", "chat.stream.ok.json", false, started},
+		{"chat.appendStream", "chat.stream.ok.json", false, appended},
+		{"chat.stopStream", "chat.stream.ok.json", false, stopped},
 	} {
-		t.Run(tc.method, func(t *testing.T) {
+		t.Run(tc.method+"/"+tc.recorded, func(t *testing.T) {
 			recorded, err := os.ReadFile(filepath.Join("..", "..", "..", "testdata", "platforms", "slack", "webapi", tc.recorded))
 			if err != nil {
 				t.Fatal(err)
