@@ -72,9 +72,23 @@ func waitSocket(t *testing.T, fake *slacktest.Server, what string, cond func(*sl
 	}
 }
 
+// socketControl are the frames TestCorpusSocketControlFrames pushes.
+var socketControl = []string{"hello.json", "slash_commands_create_pr.json", "disconnect.json"}
+
 func TestCorpusSocketFrames(t *testing.T) {
 	// The fake's bot is slacktest.BotUserID, so the recorded mention
 	// (<@U01JKSB8T7Y>) is of someone else: written as slack:<id>.
+	covered := map[string]bool{}
+	for _, name := range socketControl {
+		covered[name] = true
+	}
+	defer func() {
+		for _, name := range corpusFiles(t, "socket") {
+			if !covered[name[len("socket/"):]] {
+				t.Errorf("corpus frame %s is pushed by no test", name)
+			}
+		}
+	}()
 	mention := chat.Event{Kind: chat.Ask, Surface: chat.Slack, ID: "Ev01JZ2T7S3U", Channel: "redacted",
 		User: "slack:redacted", Text: "slack:U01JKSB8T7Y test"}
 	for _, tc := range []struct {
@@ -88,6 +102,7 @@ func TestCorpusSocketFrames(t *testing.T) {
 		{"slash_commands_create_pr.json", nil},
 		{"slash_commands_context_bar.json", nil},
 	} {
+		covered[tc.file] = true
 		t.Run(tc.file, func(t *testing.T) {
 			frame, err := os.ReadFile(filepath.Join(corpusDir, "socket", tc.file))
 			if err != nil {
@@ -121,7 +136,7 @@ func TestCorpusSocketControlFrames(t *testing.T) {
 	socketConnector(t, fake)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, name := range []string{"hello.json", "slash_commands_create_pr.json", "disconnect.json"} {
+	for _, name := range socketControl {
 		frame, err := os.ReadFile(filepath.Join(corpusDir, "socket", name))
 		if err != nil {
 			t.Fatal(err)
