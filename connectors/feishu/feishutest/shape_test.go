@@ -2,6 +2,7 @@ package feishutest_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -9,6 +10,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	larkws "github.com/larksuite/oapi-sdk-go/v3/ws"
 
 	"github.com/roombridge/roombridge/connectors/feishu/feishutest"
 	"github.com/roombridge/roombridge/internal/jsonshape"
@@ -81,4 +86,100 @@ func TestShapesAsRecorded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFramesAsRecorded holds the fake's long-connection frames to the frames
+// oapi-sdk-go's tests put on the wire (testdata/platforms/feishu/ws): the
+// same frame method, every recorded header (by key), and every field of a
+// recorded JSON payload with its type (the pong's ClientConfig; an event
+// frame's payload is the event pushed).
+func TestFramesAsRecorded(t *testing.T) {
+	srv := feishutest.New("cli_frames", "frames-secret")
+	defer srv.Close()
+	ws := dialWS(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	read := func() *larkws.Frame {
+		t.Helper()
+		_, b, err := ws.ReadMessage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f larkws.Frame
+		if err := f.Unmarshal(b); err != nil {
+			t.Fatal(err)
+		}
+		return &f
+	}
+	if _, err := srv.PushEvent(ctx, []byte(`{"header":{"event_type":"test.event"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	event := read()
+	ping, err := larkws.NewPingFrame(0).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ws.WriteMessage(websocket.BinaryMessage, ping); err != nil {
+		t.Fatal(err)
+	}
+	pong := read()
+	for _, tc := range []struct {
+		recorded string
+		frame    *larkws.Frame
+		payload  bool // compare the payloads' JSON shapes
+	}{
+		{"event_frame.pb", event, false},
+		{"pong_frame.pb", pong, true},
+	} {
+		t.Run(tc.recorded, func(t *testing.T) {
+			raw, err := os.ReadFile(filepath.Join("..", "..", "..", "testdata", "platforms", "feishu", "ws", tc.recorded))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rec larkws.Frame
+			if err := rec.Unmarshal(raw); err != nil {
+				t.Fatal(err)
+			}
+			if rec.Method != tc.frame.Method {
+				t.Errorf("method %d, recorded %d", tc.frame.Method, rec.Method)
+			}
+			for _, h := range rec.Headers {
+				if larkws.Headers(tc.frame.Headers).GetString(h.Key) == "" {
+					t.Errorf("recorded header %q missing from the fake's frame (headers %v)", h.Key, tc.frame.Headers)
+				}
+			}
+			if !tc.payload {
+				return
+			}
+			diffs, err := jsonshape.Diff(rec.Payload, tc.frame.Payload, true)
+			if err != nil || len(diffs) > 0 {
+				t.Errorf("payload %s: %v %s", tc.frame.Payload, err, strings.Join(diffs, "\n"))
+			}
+		})
+	}
+}
+
+// dialWS opens a long connection to srv as the SDK does: the URL of the
+// endpoint route, then a WebSocket.
+func dialWS(t *testing.T, srv *feishutest.Server) *websocket.Conn {
+	t.Helper()
+	b, err := json.Marshal(map[string]string{"AppID": "cli_frames", "AppSecret": "frames-secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(srv.URL()+feishutest.RouteWSEndpoint, "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var ep larkws.EndpointResp
+	if err := json.NewDecoder(resp.Body).Decode(&ep); err != nil || ep.Data == nil || ep.Data.Url == "" {
+		t.Fatalf("endpoint: %v (%+v)", err, ep)
+	}
+	ws, _, err := websocket.DefaultDialer.Dial(ep.Data.Url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ws.Close() })
+	return ws
 }
