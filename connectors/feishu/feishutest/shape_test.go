@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -182,4 +183,54 @@ func dialWS(t *testing.T, srv *feishutest.Server) *websocket.Conn {
 	}
 	t.Cleanup(func() { _ = ws.Close() })
 	return ws
+}
+
+// TestEventsAsRecorded holds the events the fake pushes to the recorded
+// ones: an im.message.receive_v1 with every part set has every field of
+// Feishu's documentation sample, with its type; a card.action.trigger has
+// only fields the SDK's card 2.0 payload has, with their types (the
+// recording is a link preview's callback, with fields a button click in a
+// message card does not carry: context.url, preview_token, delivery_type,
+// action.option and input_value).
+func TestEventsAsRecorded(t *testing.T) {
+	read := func(name string) []byte {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join("..", "..", "..", "testdata", "platforms", "feishu", filepath.FromSlash(name)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	message := feishutest.MessageEvent{Token: "v", AppID: "cli_shape", TenantKey: "tk", SenderOpenID: "ou_sender",
+		RootID: "om_root", ParentID: "om_root", ChatID: "oc_chat", ThreadID: "omt_1", Text: "@_user_1 hello",
+		Mentions: []feishutest.Mention{{Key: "@_user_1", OpenID: "ou_tom", Name: "Tom", MentionedType: "user"}}}.JSON()
+	if diffs, err := jsonshape.Diff(read("events/im.message.receive_v1.doc_sample.json"), message, true); err != nil || len(diffs) > 0 {
+		t.Errorf("the recorded message event's fields missing from the fake's (\"not in the recorded answer\" reads \"not in the fake's\"): %v\n%s\nevent: %s",
+			err, strings.Join(diffs, "\n"), message)
+	}
+	card := feishutest.CardAction{Token: "v", AppID: "cli_shape", TenantKey: "tk", OperatorOpenID: "ou_clicker",
+		Name: "approve", Value: map[string]any{"approve": true}, MessageID: "om_card", ChatID: "oc_chat"}.JSON()
+	recorded := fmt.Appendf(nil, string(read("cards/card.action.trigger.v2.tmpl.json")), "evt_card_1", "om_card_1", "oc_card_1")
+	// The SDK's card payload has a partial header; the header of schema 2.0
+	// is the message event's.
+	for _, part := range []struct {
+		key      string
+		recorded []byte
+	}{{"event", recorded}, {"header", read("events/im.message.receive_v1.doc_sample.json")}} {
+		diffs, err := jsonshape.Diff(field(t, card, part.key), field(t, part.recorded, part.key), true)
+		if err != nil || len(diffs) > 0 {
+			t.Errorf("fields of the fake's card action %s the recorded one lacks: %v\n%s\ncallback: %s",
+				part.key, err, strings.Join(diffs, "\n"), card)
+		}
+	}
+}
+
+// field returns the value of key in the JSON object doc.
+func field(t *testing.T, doc []byte, key string) []byte {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(doc, &m); err != nil || m[key] == nil {
+		t.Fatalf("no %s in %s: %v", key, doc, err)
+	}
+	return m[key]
 }
