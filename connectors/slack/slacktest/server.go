@@ -555,8 +555,7 @@ func (s *Server) updateLocked(f url.Values, now time.Time) reply {
 		m.Metadata = upd.Metadata
 	}
 	m.Updates = append(m.Updates, Revision{Text: m.Text, BlocksJSON: m.BlocksJSON, At: now})
-	// The message of a chat.update answer carries no ts, app_id or metadata
-	// in the recorded answers (java-slack-sdk's chat.update sample).
+	// As recorded (java-slack-sdk's chat.update sample): no ts, app_id or metadata.
 	updated := wireMessage(m, false)
 	delete(updated, "ts")
 	delete(updated, "app_id")
