@@ -201,3 +201,24 @@ func TestCorpusWSFrames(t *testing.T) {
 		}
 	}
 }
+
+// TestCorpusEveryCallbackUsed: every inbound file of the corpus (events,
+// cards) seeds the fuzz targets (corpusCallbacks; the encrypted one is
+// posted by TestCorpusCallbacks), so none is left out of the tests.
+func TestCorpusEveryCallbackUsed(t *testing.T) {
+	used := map[string]bool{"events/url_verification_v2.encrypted.txt": true}
+	for _, name := range corpusCallbacks {
+		used[name] = true
+	}
+	for _, dir := range []string{"events", "cards"} {
+		paths, err := filepath.Glob(filepath.Join(corpusDir, dir, "*"))
+		if err != nil || len(paths) == 0 {
+			t.Fatalf("no corpus files in %s: %v", dir, err)
+		}
+		for _, p := range paths {
+			if name := dir + "/" + filepath.Base(p); !used[name] {
+				t.Errorf("corpus file %s is used by no test", name)
+			}
+		}
+	}
+}
