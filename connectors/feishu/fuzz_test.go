@@ -187,7 +187,7 @@ func checkOutcome(t *testing.T, status int, evs []chat.Event) {
 // verification token in the body is the check).
 func FuzzCallback(f *testing.F) {
 	h, rec := fuzzConnector(f, false)
-	seedCorpus(f, "events/url_verification_v2.json", "cards/old_schema_url_verification.json")
+	seedCorpus(f, corpusCallbacks...)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		status, _ := serve(h, body, nil)
 		checkOutcome(t, status, rec.take(t, status))
@@ -199,7 +199,7 @@ func FuzzCallback(f *testing.F) {
 // encryption.
 func FuzzCallbackEncrypted(f *testing.F) {
 	h, rec := fuzzConnector(f, true)
-	seedCorpus(f, "events/url_verification_v2.json", "cards/old_schema_url_verification.json")
+	seedCorpus(f, corpusCallbacks...)
 	f.Fuzz(func(t *testing.T, plaintext []byte) {
 		body, err := feishutest.Encrypt(fuzzKey, plaintext)
 		if err != nil {
@@ -261,9 +261,19 @@ func FuzzCallbackSignature(f *testing.F) {
 	})
 }
 
-// seedCorpus adds the corpus files named to f's seeds.
+// corpusCallbacks are the callback bodies of the corpus the fuzz targets
+// start from (the templates as recorded, and filled as their source tests
+// fill them: seedCorpus).
+var corpusCallbacks = []string{"events/url_verification_v2.json", "cards/old_schema_url_verification.json",
+	"events/im.message.receive_v1.doc_sample.json", "events/im.message.receive_v1.group.tmpl.json",
+	"cards/card.action.trigger.v2.tmpl.json"}
+
+// seedCorpus adds the corpus files named to f's seeds, and the templates
+// filled.
 func seedCorpus(f *testing.F, names ...string) {
 	for _, name := range names {
 		f.Add(corpusFile(f, name))
 	}
+	f.Add(groupMessage(f))
+	f.Add(cardAction(f))
 }

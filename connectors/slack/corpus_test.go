@@ -176,23 +176,21 @@ func show(evs []chat.Event) string {
 // permanent or a retried error.
 func TestCorpusWebAPIAnswers(t *testing.T) {
 	for _, tc := range []struct {
-		file    string
-		status  int
-		headers map[string]string
-		check   func(t *testing.T, ts string, err error)
+		file  string
+		check func(t *testing.T, ts string, err error)
 	}{
-		{"chat.postMessage.ok.json", 200, nil, func(t *testing.T, ts string, err error) {
+		{"chat.postMessage.ok.json", func(t *testing.T, ts string, err error) {
 			if err != nil || ts != "1503435956.000247" {
 				t.Fatalf("ts %q, error %v; want the recorded ts", ts, err)
 			}
 		}},
-		{"ratelimited.429.json", 429, map[string]string{"Retry-After": "2"}, func(t *testing.T, _ string, err error) {
+		{"ratelimited.429.json", func(t *testing.T, _ string, err error) {
 			var ra *chat.RetryAfterError
 			if !errors.As(err, &ra) || ra.After != 2*time.Second {
 				t.Fatalf("error %v; want a *chat.RetryAfterError after 2s", err)
 			}
 		}},
-		{"missing_scope.json", 200, nil, func(t *testing.T, _ string, err error) {
+		{"missing_scope.json", func(t *testing.T, _ string, err error) {
 			var se slackgo.SlackErrorResponse
 			if !errors.As(err, &se) || se.Err != "missing_scope" || errors.Is(err, chat.ErrPermanent) {
 				t.Fatalf("error %v; want missing_scope, retried (fixing the scopes loses nothing)", err)
@@ -200,26 +198,81 @@ func TestCorpusWebAPIAnswers(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
-			body, err := os.ReadFile(filepath.Join(corpusDir, "webapi", tc.file))
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set("Content-Type", "application/json")
-				for k, v := range tc.headers {
-					w.Header().Set(k, v)
-				}
-				w.WriteHeader(tc.status)
-				_, _ = w.Write(body)
-			}))
-			defer srv.Close()
-			c, err := New(Options{Mode: ModeEvents, BotToken: "xoxb-corpus", SigningSecret: fuzzSecret,
-				APIURL: srv.URL + "/", HTTPClient: srv.Client()})
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := corpusAPI(t, map[string]string{"/chat.postMessage": tc.file})
 			_, m, err := c.StartThread(t.Context(), "CXXX", chat.Message{Text: "hello"})
 			tc.check(t, m.ID, err)
 		})
+	}
+}
+
+// corpusAPI serves the recorded Web API answers of routes ("/chat.startStream":
+// file under webapi/), each with HTTP 200 or, for ratelimited.429.json, 429
+// and Retry-After: 2 as in its source test, to an events-mode connector.
+func corpusAPI(t *testing.T, routes map[string]string) *Connector {
+	t.Helper()
+	answers := map[string][]byte{}
+	for path, file := range routes {
+		b, err := os.ReadFile(filepath.Join(corpusDir, "webapi", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		answers[path] = b
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, ok := answers[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if routes[r.URL.Path] == "ratelimited.429.json" {
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+		_, _ = w.Write(body)
+	}))
+	t.Cleanup(srv.Close)
+	c, err := New(Options{Mode: ModeEvents, BotToken: "xoxb-corpus", SigningSecret: fuzzSecret,
+		APIURL: srv.URL + "/", HTTPClient: srv.Client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestCorpusStreamAnswers: python-slack-sdk's recorded answer of the stream
+// methods carries the ts the live message is then known by; opening,
+// appending to and closing it succeed on it.
+func TestCorpusStreamAnswers(t *testing.T) {
+	c := corpusAPI(t, map[string]string{"/chat.startStream": "chat.stream.ok.json",
+		"/chat.appendStream": "chat.stream.ok.json", "/chat.stopStream": "chat.stream.ok.json"})
+	thread := chat.ThreadRef{Surface: chat.Slack, Channel: "CXXX", ID: "1234567890.123456"}
+	ref, err := c.OpenStream(t.Context(), thread, chat.Message{Text: "…"})
+	if err != nil || ref.ID != "123.123" || ref.Channel != "CXXX" {
+		t.Fatalf("open: %+v, %v; want the recorded ts 123.123", ref, err)
+	}
+	if err := c.AppendStream(t.Context(), ref, chat.StreamUpdate{Delta: "hello", Text: "hello"}); err != nil {
+		t.Fatalf("append: %v", err)
+	}
+	if err := c.CloseStream(t.Context(), ref, chat.Message{Text: "hello"}); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+}
+
+// TestCorpusUpdateAnswers: the recorded rate limit and missing_scope answers
+// through the chat.update path (Update) are what they are on
+// chat.postMessage: a *chat.RetryAfterError of the recorded Retry-After, and
+// a retried error.
+func TestCorpusUpdateAnswers(t *testing.T) {
+	ref := chat.MessageRef{Surface: chat.Slack, Channel: "CXXX", ID: "1234567890.123456"}
+	err := corpusAPI(t, map[string]string{"/chat.update": "ratelimited.429.json"}).Update(t.Context(), ref, chat.Message{Text: "x"})
+	var ra *chat.RetryAfterError
+	if !errors.As(err, &ra) || ra.After != 2*time.Second {
+		t.Fatalf("ratelimited: %v; want a *chat.RetryAfterError after 2s", err)
+	}
+	err = corpusAPI(t, map[string]string{"/chat.update": "missing_scope.json"}).Update(t.Context(), ref, chat.Message{Text: "x"})
+	var se slackgo.SlackErrorResponse
+	if !errors.As(err, &se) || se.Err != "missing_scope" || errors.Is(err, chat.ErrPermanent) {
+		t.Fatalf("missing_scope: %v; want missing_scope, retried", err)
 	}
 }

@@ -3,9 +3,13 @@ package slack
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,7 +27,8 @@ import (
 // themselves. Seeds: testdata/fuzz/<target>/, made from slacktest's payloads
 // (the bodies the other tests send) and hand-written edge cases, and every
 // inbound payload of the corpus of real ones (testdata/platforms/slack,
-// seedCorpus).
+// seedCorpus), and the payloads of its Socket Mode frames
+// (seedSocketPayloads).
 //
 // Socket Mode has no target here: slack-go reads its frames and envelopes;
 // what it hands over goes through fromEventsAPI and fromInteraction, which
@@ -169,6 +174,7 @@ func FuzzEvents(f *testing.F) {
 	c, routes, rs := fuzzConnector(f)
 	h := routes[EventsPattern]
 	seedCorpus(f, "events", "events/inner")
+	seedSocketPayloads(f, "events_api")
 	f.Fuzz(func(t *testing.T, body []byte) {
 		status := post(h, "/slack/events", "application/json", body, signNow(body))
 		rs.check(t, status)
@@ -182,6 +188,7 @@ func FuzzInteractivity(f *testing.F) {
 	c, routes, rs := fuzzConnector(f)
 	h := routes[InteractivityPattern]
 	seedCorpus(f, "interactions")
+	seedSocketPayloads(f, "interactive")
 	f.Fuzz(func(t *testing.T, body []byte) {
 		status := post(h, "/slack/interactivity", "application/x-www-form-urlencoded", body, signNow(body))
 		rs.check(t, status)
@@ -246,5 +253,36 @@ func seedCorpus(f *testing.F, dirs ...string) {
 	for _, name := range corpusFiles(f, dirs...) {
 		_, _, body := corpusBody(f, name)
 		f.Add(body)
+	}
+}
+
+// seedSocketPayloads adds the payloads of the recorded Socket Mode frames of
+// type typ (testdata/platforms/slack/socket) to f's seeds, as the webhook of
+// the same kind receives them: an event_callback body, or an interaction
+// form-encoded (payload=<JSON>).
+func seedSocketPayloads(f *testing.F, typ string) {
+	paths, err := filepath.Glob(filepath.Join(corpusDir, "socket", "*.json"))
+	if err != nil || len(paths) == 0 {
+		f.Fatalf("no Socket Mode frames in the corpus: %v", err)
+	}
+	for _, p := range paths {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		var frame struct {
+			Type    string          `json:"type"`
+			Payload json.RawMessage `json:"payload"`
+		}
+		if err := json.Unmarshal(raw, &frame); err != nil {
+			f.Fatalf("%s: %v", p, err)
+		}
+		switch {
+		case frame.Type != typ:
+		case typ == "interactive":
+			f.Add([]byte(url.Values{"payload": {string(frame.Payload)}}.Encode()))
+		default:
+			f.Add([]byte(frame.Payload))
+		}
 	}
 }

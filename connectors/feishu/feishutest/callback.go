@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -38,8 +39,17 @@ type header struct {
 	TenantKey  string `json:"tenant_key"`
 }
 
-type openID struct {
-	OpenID string `json:"open_id"`
+// userID is a user's IDs as events carry them. The fake knows users by
+// open_id; their union_id and user_id are made from it.
+type userID struct {
+	UnionID string `json:"union_id"`
+	UserID  string `json:"user_id"`
+	OpenID  string `json:"open_id"`
+}
+
+func idsOf(openID string) userID {
+	rest := strings.TrimPrefix(openID, "ou_")
+	return userID{UnionID: "on_" + rest, UserID: "u_" + rest, OpenID: openID}
 }
 
 func randomHex(n int) string {
@@ -82,6 +92,9 @@ type Mention struct {
 	Key    string // "@_user_1", as it appears in the text
 	OpenID string
 	Name   string
+	// MentionedType is "user" or "bot"; "" leaves mentioned_type out (the
+	// fake's events do not know which open_id is the app's bot).
+	MentionedType string
 }
 
 // MessageEvent describes an im.message.receive_v1 event (schema 2.0).
@@ -109,10 +122,11 @@ type MessageEvent struct {
 // JSON encodes the event as Feishu delivers it.
 func (e MessageEvent) JSON() []byte {
 	type mention struct {
-		Key       string `json:"key"`
-		ID        openID `json:"id"`
-		Name      string `json:"name"`
-		TenantKey string `json:"tenant_key"`
+		Key           string `json:"key"`
+		ID            userID `json:"id"`
+		MentionedType string `json:"mentioned_type,omitempty"`
+		Name          string `json:"name"`
+		TenantKey     string `json:"tenant_key"`
 	}
 	type message struct {
 		MessageID   string    `json:"message_id"`
@@ -126,9 +140,10 @@ func (e MessageEvent) JSON() []byte {
 		MessageType string    `json:"message_type"`
 		Content     string    `json:"content"`
 		Mentions    []mention `json:"mentions,omitempty"`
+		UserAgent   string    `json:"user_agent"`
 	}
 	type sender struct {
-		SenderID   openID `json:"sender_id"`
+		SenderID   userID `json:"sender_id"`
 		SenderType string `json:"sender_type"`
 		TenantKey  string `json:"tenant_key"`
 	}
@@ -140,10 +155,11 @@ func (e MessageEvent) JSON() []byte {
 	msg := message{
 		MessageID: orRandom(e.MessageID, "om_"), RootID: e.RootID, ParentID: e.ParentID,
 		CreateTime: created, UpdateTime: created, ChatID: e.ChatID, ThreadID: e.ThreadID,
-		ChatType: or(e.ChatType, "group"), MessageType: msgType, Content: content,
+		ChatType: or(e.ChatType, "group"), MessageType: msgType, Content: content, UserAgent: "feishutest",
 	}
 	for _, m := range e.Mentions {
-		msg.Mentions = append(msg.Mentions, mention{Key: m.Key, ID: openID{m.OpenID}, Name: m.Name, TenantKey: e.TenantKey})
+		msg.Mentions = append(msg.Mentions, mention{Key: m.Key, ID: idsOf(m.OpenID), MentionedType: m.MentionedType,
+			Name: m.Name, TenantKey: e.TenantKey})
 	}
 	return mustJSON(envelope{
 		Schema: "2.0",
@@ -152,7 +168,7 @@ func (e MessageEvent) JSON() []byte {
 			Token: e.Token, AppID: e.AppID, TenantKey: e.TenantKey,
 		},
 		Event: map[string]any{
-			"sender":  sender{SenderID: openID{e.SenderOpenID}, SenderType: "user", TenantKey: e.TenantKey},
+			"sender":  sender{SenderID: idsOf(e.SenderOpenID), SenderType: "user", TenantKey: e.TenantKey},
 			"message": msg,
 		},
 	})

@@ -1,8 +1,10 @@
 // Package feishutest fakes the Feishu Open API and its long connection so that tests can drive the real Lark SDK against it.
 //
 // Its answers are held to the answers oapi-sdk-go's own tests record (testdata/platforms/feishu,
-// TestShapesAsRecorded): every recorded field is in the fake's answer with the same JSON type. Where the
-// fake still has to guess, and why:
+// TestShapesAsRecorded): every recorded field is in the fake's answer with the same JSON type; its
+// long-connection frames to the frames those tests put on the wire (TestFramesAsRecorded): the same frame
+// method, every recorded header, and the recorded pong payload's fields. Where the fake still has to
+// guess, and why:
 //
 //   - callback/ws/endpoint: the fake answers data.URL and data.ClientConfig, the keys of the SDK's
 //     larkws.Endpoint; the SDK's test records data.url. encoding/json matches keys case-insensitively, so the
@@ -11,8 +13,14 @@
 //     data.message_id); the other fields of data (chat_id, root_id, thread_id, sender, body...) and the answers
 //     of reply and patch follow the SDK's larkim models and Feishu's documentation, not a recording.
 //   - Error answers: codes and HTTP statuses (99991400 with 429 and x-ogw-ratelimit-*, 230001, 230025,
-//     99991661/99991663, 99992402, 10014) follow the documentation; the corpus records only code 999999.
-//   - Event and card callbacks, long-connection frames: the corpus records only url_verification callbacks
-//     (schema 2.0, plain and encrypted; the old card schema); im.message.receive_v1, card.action.trigger
-//     (card 2.0) and the frames follow the SDK's models.
+//     99991661/99991663, 99992402, 10014) follow the documentation; the corpus records only code 999999 (no
+//     public recording of the others was found: see the corpus README).
+//   - Event frames: the headers beyond the recorded type, message_id and trace_id (sum, seq, timestamp) follow
+//     the SDK's ws constants.
+//   - Events (TestEventsAsRecorded): a MessageEvent has every field of the documentation's sample, but its
+//     union_id and user_id are made from the open_id, its user_agent is "feishutest", and mentioned_type is
+//     sent only when a test sets it (the event does not know which open_id is the bot); no p2p message was
+//     found recorded. A CardAction has only fields of the SDK's card 2.0 payload, which is a link preview's:
+//     the fake leaves out its url, preview_token, delivery_type, option and input_value.
+//   - The answer to a card callback is the SDK's CardActionTriggerResponse model; no recording was found.
 package feishutest

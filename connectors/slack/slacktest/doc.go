@@ -1,17 +1,23 @@
 // Package slacktest is an in-process fake of Slack's Web API and Socket Mode that the real slack-go client talks to in tests.
 //
 // Its answers are held to the answers Slack gave as the SDKs record them (testdata/platforms/slack,
-// TestShapesAsRecorded): every field of slack-go's recorded chat.postMessage answer is in the fake's with the
-// same JSON type, and every field of the fake's auth.test and apps.connections.open answers is in
-// java-slack-sdk's schema samples of them, with its type. Where the fake still has to guess, and why:
+// TestShapesAsRecorded, TestSocketFramesAsRecorded): every field of a concrete recorded answer
+// (slack-go's chat.postMessage, python-slack-sdk's answer of the stream methods) is in the fake's with the
+// same JSON type; every field of the fake's auth.test, apps.connections.open, chat.update,
+// chat.postEphemeral, chat.startStream and chat.appendStream answers is in java-slack-sdk's schema sample
+// of them (the union of the fields Slack answered with), with its type; every field of the recorded Socket
+// Mode hello, events_api, interactive and disconnect frames is in the fake's. Where the fake still has to
+// guess, and why:
 //
 //   - chat.postMessage: the message object's app_id, bot_id, type and user are not in the recorded answer
 //     (slack-go's fixture records text, ts and thread_ts); they follow Slack's documentation.
-//   - chat.update, chat.postEphemeral, conversations.open, conversations.history and conversations.replies:
-//     no recorded answer in the corpus (java-slack-sdk's samples of them are too large to copy by hand here);
-//     their shapes follow slack-go's types and Slack's documentation.
+//   - chat.update: its message carries no ts, app_id or metadata, as in the schema sample; which of the
+//     sample's fields Slack fills for a bot's edit follows the documentation.
+//   - conversations.open, conversations.history, conversations.replies and chat.stopStream's schema: no
+//     recorded answer in the corpus (java-slack-sdk's samples of them, 26 KB to 633 KB, were too large to
+//     copy byte for byte here); their shapes follow slack-go's types and Slack's documentation.
 //   - Error answers: the corpus records ratelimited (HTTP 429, Retry-After) and missing_scope; the other
 //     error codes the fake answers follow the documentation.
-//   - Socket Mode: hello and disconnect frames and an events_api envelope are recorded; interactive envelopes
-//     and acks follow slack-go's socketmode types.
+//   - Socket Mode: slash_commands envelopes are recorded but the fake makes none of its own (PushFrame
+//     sends recorded frames as they are); acks follow slack-go's socketmode types.
 package slacktest

@@ -555,7 +555,11 @@ func (s *Server) updateLocked(f url.Values, now time.Time) reply {
 		m.Metadata = upd.Metadata
 	}
 	m.Updates = append(m.Updates, Revision{Text: m.Text, BlocksJSON: m.BlocksJSON, At: now})
-	return reply{body: map[string]any{"channel": m.Channel, "ts": m.TS, "text": m.Text, "message": wireMessage(m, true)}}
+	// As recorded (java-slack-sdk's chat.update sample): no ts, app_id or metadata.
+	updated := wireMessage(m, false)
+	delete(updated, "ts")
+	delete(updated, "app_id")
+	return reply{body: map[string]any{"channel": m.Channel, "ts": m.TS, "text": m.Text, "message": updated}}
 }
 
 func (s *Server) openLocked(f url.Values) reply {

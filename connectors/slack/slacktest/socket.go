@@ -251,6 +251,51 @@ func (s *Server) push(ctx context.Context, typ string, payload []byte, attempt i
 	if err != nil {
 		return "", fmt.Errorf("slacktest: push %s: %w", typ, err)
 	}
+	if err := s.deliver(ctx, typ, e, frame); err != nil {
+		return "", err
+	}
+	return e.ID, nil
+}
+
+// PushFrame writes frame, a Socket Mode frame as Slack sends it (a recorded
+// one, say), unchanged to the newest live connection, waiting for one until
+// ctx ends. A frame with an envelope_id is recorded as a delivery under that
+// ID (Envelopes, WaitAck; an ID already used is refused) and the ID is
+// returned; a frame without one (hello, disconnect) returns "".
+func (s *Server) PushFrame(ctx context.Context, frame []byte) (string, error) {
+	var f struct {
+		Type         string          `json:"type"`
+		EnvelopeID   string          `json:"envelope_id"`
+		Payload      json.RawMessage `json:"payload"`
+		RetryAttempt int             `json:"retry_attempt"`
+		RetryReason  string          `json:"retry_reason"`
+	}
+	if err := json.Unmarshal(frame, &f); err != nil {
+		return "", fmt.Errorf("slacktest: push frame: %w", err)
+	}
+	e := &Envelope{ID: f.EnvelopeID, Type: f.Type, Payload: f.Payload, RetryAttempt: f.RetryAttempt, RetryReason: f.RetryReason}
+	if e.ID != "" {
+		s.mu.Lock()
+		_, dup := s.envelopes[e.ID]
+		if !dup {
+			s.envelopes[e.ID] = e
+			s.envOrder = append(s.envOrder, e.ID)
+		}
+		s.mu.Unlock()
+		if dup {
+			return "", fmt.Errorf("slacktest: push frame: envelope %s was already delivered", e.ID)
+		}
+	}
+	if err := s.deliver(ctx, f.Type, e, frame); err != nil {
+		return "", err
+	}
+	return e.ID, nil
+}
+
+// deliver writes frame, the frame of e, to the newest live connection,
+// waiting for one (and moving on from connections whose write fails) until
+// ctx ends.
+func (s *Server) deliver(ctx context.Context, typ string, e *Envelope, frame []byte) error {
 	for {
 		var c *wsConn
 		err := s.WaitFor(ctx, func(s *Server) bool {
@@ -262,16 +307,16 @@ func (s *Server) push(ctx context.Context, typ string, payload []byte, attempt i
 			return c != nil || s.closed
 		})
 		if err != nil {
-			return "", fmt.Errorf("slacktest: push %s: no connection: %w", typ, err)
+			return fmt.Errorf("slacktest: push %s: no connection: %w", typ, err)
 		}
 		if c == nil {
-			return "", fmt.Errorf("slacktest: push %s: %w", typ, ErrClosed)
+			return fmt.Errorf("slacktest: push %s: %w", typ, ErrClosed)
 		}
 		s.mu.Lock()
 		e.SentAt = s.opts.now()
 		s.mu.Unlock()
 		if err := c.write(frame); err == nil {
-			return e.ID, nil
+			return nil
 		}
 		_ = c.ws.Close()
 		s.dropConn(c)
