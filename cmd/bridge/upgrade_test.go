@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"regexp"
@@ -14,6 +16,8 @@ import (
 	"github.com/roombridge/roombridge/core"
 	"github.com/roombridge/roombridge/internal/testbin"
 	"github.com/roombridge/roombridge/requests"
+	"github.com/roombridge/roombridge/store"
+	"github.com/roombridge/roombridge/store/etcd"
 	"github.com/roombridge/roombridge/store/etcd/etcdtest"
 	"github.com/roombridge/roombridge/store/migrate"
 )
@@ -87,6 +91,10 @@ func TestRollingUpgrade(t *testing.T) {
 	a.waitRequest(r1.ID, "done", 20*time.Second, func(r requests.Request) bool { return r.State == requests.Done })
 	r2 := a.create("say started; tool work 3s; echo finished")
 	a.p.waitLine(0, regexp.QuoteMeta(r2.ID.String()+" | started"))
+
+	// What format 1 wrote for every inbound event: its dedupe key and a
+	// timer; more than one etcd Txn of the migration deletes.
+	seedFormat1Dedupe(t, srv, 300)
 
 	b := startHAWith(t, srv, bridgeBin)
 	if d := b.readyDetail(); d.Leader.Format != 1 || d.Instance.Format != 2 || d.Leader.Name == d.Instance.Name {
@@ -164,15 +172,47 @@ func TestRollingUpgrade(t *testing.T) {
 	defer resp.Body.Close()
 	dec := json.NewDecoder(resp.Body)
 	for dec.More() {
-		var rec struct{ Action, From, To string }
+		var rec struct{ Action, From, To, Detail string }
 		if err := dec.Decode(&rec); err != nil {
 			t.Fatal(err)
 		}
 		if rec.Action == migrate.Action {
 			migrated++
+			if !strings.Contains(rec.Detail, `"dedupe_timers":300`) {
+				t.Errorf("the migration's audit record %q, want 300 dedupe timers deleted", rec.Detail)
+			}
 		}
 	}
 	if migrated != 1 {
 		t.Errorf("%d store_migrated records, want 1", migrated)
+	}
+}
+
+// seedFormat1Dedupe writes n dedupe keys into the HA group's store as a
+// format 1 binary did: the key, and its timer in the expiry index.
+func seedFormat1Dedupe(t *testing.T, srv *etcdtest.Server, n int) {
+	t.Helper()
+	st, err := etcd.New(srv.Client(t), etcd.Options{Prefix: "/rb/store"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Now()
+	for i := 0; i < n; i += 50 {
+		err := st.Update(context.Background(), func(tx store.Tx) error {
+			for j := i; j < min(i+50, n); j++ {
+				key := fmt.Sprintf("ask:slack:Ev%05d", j)
+				if err := store.Remember(tx, key, nil, now, time.Hour); err != nil {
+					return err
+				}
+				if err := store.AddTimer(tx, "dedupe", now.Add(time.Hour), key); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }

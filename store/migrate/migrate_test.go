@@ -37,8 +37,34 @@ func backends(t *testing.T) map[string]func(t *testing.T) store.Store {
 			t.Cleanup(func() { _ = s.Close() })
 			return s
 		},
+		// As the HA leader migrates: every Txn fenced by the election
+		// key, so one more read (the key's revision) and one op fewer.
+		"etcd-fenced": func(t *testing.T) store.Store {
+			srv := etcdtest.Start(t)
+			cli := srv.Client(t)
+			put, err := cli.Put(context.Background(), "/election/a", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := etcd.New(cli, etcd.Options{Prefix: "/m", Fence: keyFence{"/election/a", put.Header.Revision}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		},
 	}
 }
+
+// keyFence is the fence of a term whose election key was created at rev.
+type keyFence struct {
+	key string
+	rev int64
+}
+
+func (f keyFence) Term() (string, int64, bool) { return f.key, f.rev, true }
+func (f keyFence) Unsure() bool                { return false }
+func (f keyFence) Lost(string, int64)          {}
 
 var t0 = time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
 

@@ -240,10 +240,14 @@ func mark(ctx context.Context, st store.Store, to int) (resumed bool, err error)
 	return resumed, nil
 }
 
+// batchOwnWrites is the keys Batch writes beside its function's: the
+// step's progress mark.
+const batchOwnWrites = 1
+
 // Batch runs fn, one batch of the step to format to, in one transaction,
 // and adds what fn counted to the step's mark in the same transaction: a
 // step resumed after a crash reports what all its runs did. Steps write
-// through it.
+// through it; fn writes at most BatchWrites keys.
 func Batch(ctx context.Context, st store.Store, to int, fn func(tx store.Tx) (Counts, error)) (Counts, error) {
 	var got Counts
 	err := st.Update(ctx, func(tx store.Tx) error {

@@ -21,10 +21,12 @@ const leanDedupe = 2
 // store's MaxWrites lowers it).
 const stepBatch = 1000
 
-// batchFor is stepBatch, within st's limit on one Update's writes.
-func batchFor(st store.Store) int {
-	if m, ok := st.(interface{ MaxWrites() int }); ok && m.MaxWrites() < stepBatch {
-		return m.MaxWrites()
+// BatchWrites is how many keys a step's batch function may write: at most
+// stepBatch, and within st's limit on one Update's writes (an etcd Txn's
+// ops, fenced or not) less the progress mark Batch writes beside them.
+func BatchWrites(st store.Store) int {
+	if m, ok := st.(interface{ MaxWrites() int }); ok && m.MaxWrites()-batchOwnWrites < stepBatch {
+		return max(1, m.MaxWrites()-batchOwnWrites)
 	}
 	return stepBatch
 }
@@ -39,7 +41,7 @@ func runLeanDedupe(ctx context.Context, st store.Store, dry bool, progress func(
 		})
 		return Counts{"dedupe_timers": n}, err
 	}
-	batch, total := batchFor(st), 0
+	batch, total := BatchWrites(st), 0
 	for {
 		got, err := Batch(ctx, st, leanDedupe, func(tx store.Tx) (Counts, error) {
 			n, err := store.DropDedupeTimers(tx, batch, false)
