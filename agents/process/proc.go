@@ -47,6 +47,24 @@ type decoder interface {
 	usage() requests.Usage
 }
 
+// sayPending appends said, the text an agent said before a tool started
+// (if any), to evs as a message, and clears it.
+func sayPending(evs []agents.TurnEvent, said *string) []agents.TurnEvent {
+	if *said != "" {
+		evs = append(evs, agents.TurnEvent{Type: agents.EventMessage, Text: *said})
+		*said = ""
+	}
+	return evs
+}
+
+// lastSaid is a decoder's partial result: the agent's last text, if any.
+func lastSaid(text string) string {
+	if text == "" {
+		return ""
+	}
+	return "last said: " + text
+}
+
 // process is one agent process serving one turn. The exec, claude and codex
 // runtimes differ only in the command line, what goes to stdin and how
 // stdout is read; starting, reading, cancelling at safe points, stopping and
