@@ -8,9 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/roombridge/roombridge/audit"
 	"github.com/roombridge/roombridge/chat"
-	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/internal/failpoint"
 	"github.com/roombridge/roombridge/requests"
 	"github.com/roombridge/roombridge/store"
@@ -225,85 +223,125 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 		return nil // picked as the drain began: the next start takes it
 	}
 	log := s.log.With("request_id", r.ID.String(), "agent", a.Name)
-	var err error
-	num := j.turn // a resumed turn keeps the number of the turn it repeats
-	switch j.kind {
-	case jobStart:
-		err = s.svc.Store().Update(ctx, func(tx store.Tx) error {
-			var err error
-			if r, err = s.svc.ApplyTx(tx, j.r.ID, requests.Change{Event: requests.Start, Actor: actor}); err != nil {
-				return err
-			}
-			num = 1
-			return putTurnTx(tx, r, num, j.input)
-		})
-	case jobResume:
-		if r.CancelRequested {
-			// Cancelled while the bridge was down: no process runs, so
-			// this is the safe point. No turn had the pending input (nil):
-			// end reports each item as undelivered.
-			log.InfoContext(ctx, "cancelled while interrupted")
-			return s.end(ctx, r.ID, requests.Cancel, "", r.Result, nil)
-		}
-		err = s.svc.Store().Update(ctx, func(tx store.Tx) error {
-			if _, err := s.svc.UpdateTx(tx, r.ID, actor, "interrupted", "the bridge stopped while the request ran", func(*requests.Request) {}); err != nil {
-				return err
-			}
-			var err error
-			r, err = s.svc.ApplyTx(tx, r.ID, requests.Change{Event: requests.Resume, Actor: actor,
-				Detail: "resumed with session " + orNone(r.Session)})
-			if err != nil {
-				return err
-			}
-			// Said in its thread, with the resume: not silently.
-			return s.threads.Reply(tx, r, chat.Message{Kind: "reply", Text: ResumedNote})
-		})
-	case jobCancel:
+	switch {
+	case j.kind == jobResume && r.CancelRequested:
+		// Cancelled while the bridge was down: no process runs, so
+		// this is the safe point. No turn had the pending input (nil):
+		// end reports each item as undelivered.
+		log.InfoContext(ctx, "cancelled while interrupted")
+		return s.end(ctx, r.ID, requests.Cancel, "", r.Result, nil)
+	case j.kind == jobCancel:
 		// Between turns: no turn had the pending input (nil), so end reports
 		// each item as undelivered rather than dropping it.
 		return s.end(ctx, r.ID, requests.Cancel, "", r.Result, nil)
-	case jobWake:
-		err = s.svc.Store().Update(ctx, func(tx store.Tx) error {
-			if err := tx.Delete(bucketParked, requestKey(r)); err != nil {
-				return err
-			}
-			t, _, err := turnTx(tx, r)
-			if err != nil {
-				return err
-			}
-			// A wake follows at least a first turn (none recorded: a
-			// request started by an earlier version).
-			num = 2
-			if t != nil {
-				num = max(t.Turn, 1) + 1
-			}
-			if err := putTurnTx(tx, r, num, j.input); err != nil {
-				return err
-			}
-			r, err = s.svc.UpdateTx(tx, r.ID, actor, "wake", fmt.Sprintf("next turn with %d new input(s)", len(j.input)),
-				func(r *requests.Request) { r.Activity = "" })
-			return err
-		})
 	}
+	r, num, err := s.begin(ctx, j)
 	if err != nil {
-		if errors.Is(err, requests.ErrIllegalTransition) {
-			// Changed under us (e.g. cancelled as it was picked): re-read.
-			return nil
-		}
-		if errors.Is(err, store.ErrTooLarge) {
-			// The turn can never be recorded (its input is too large for
-			// one transaction): fail the request, not the agent's queue.
-			reason := "the turn could not be started: " + err.Error()
-			return s.settle(ctx, j.r.ID, j.input, func(ctx context.Context) error {
-				return s.end(ctx, j.r.ID, requests.Fail, reason, "", j.input)
-			})
-		}
-		return fmt.Errorf("agents: start %s: %w", j.r.ID, err)
+		return s.beginFailed(ctx, j, err)
 	}
 	failpoint.Hit(failpoint.TurnStarted) // the turn is recorded; its agent has not run
-	resumed := j.kind == jobResume
-	log.InfoContext(ctx, "turn starting", "turn", num, "resumed", resumed, "session", r.Session, "inputs", len(j.input))
+	log.InfoContext(ctx, "turn starting", "turn", num, "resumed", j.kind == jobResume, "session", r.Session, "inputs", len(j.input))
+	return s.runTurn(ctx, log, a, j, r, num)
+}
 
+// begin records the start of the job's turn (a start, a resume or a wake)
+// and returns the request as it now is and the turn's number.
+func (s *Scheduler) begin(ctx context.Context, j *job) (*requests.Request, int, error) {
+	switch j.kind {
+	case jobStart:
+		return s.beginStart(ctx, j)
+	case jobResume:
+		return s.beginResume(ctx, j)
+	case jobWake:
+		return s.beginWake(ctx, j)
+	}
+	return j.r, j.turn, nil
+}
+
+// beginStart starts an approved request: its first turn.
+func (s *Scheduler) beginStart(ctx context.Context, j *job) (*requests.Request, int, error) {
+	r, num := j.r, j.turn
+	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
+		var err error
+		if r, err = s.svc.ApplyTx(tx, j.r.ID, requests.Change{Event: requests.Start, Actor: actor}); err != nil {
+			return err
+		}
+		num = 1
+		return putTurnTx(tx, r, num, j.input)
+	})
+	return r, num, err
+}
+
+// beginResume resumes a request whose turn a restart cut, said in its
+// thread; the turn keeps the number of the turn it repeats.
+func (s *Scheduler) beginResume(ctx context.Context, j *job) (*requests.Request, int, error) {
+	r := j.r
+	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
+		if _, err := s.svc.UpdateTx(tx, r.ID, actor, "interrupted", "the bridge stopped while the request ran", func(*requests.Request) {}); err != nil {
+			return err
+		}
+		var err error
+		r, err = s.svc.ApplyTx(tx, r.ID, requests.Change{Event: requests.Resume, Actor: actor,
+			Detail: "resumed with session " + orNone(r.Session)})
+		if err != nil {
+			return err
+		}
+		// Said in its thread, with the resume: not silently.
+		return s.threads.Reply(tx, r, chat.Message{Kind: "reply", Text: ResumedNote})
+	})
+	return r, j.turn, err
+}
+
+// beginWake unparks a waiting request that input arrived for: its next turn.
+func (s *Scheduler) beginWake(ctx context.Context, j *job) (*requests.Request, int, error) {
+	r, num := j.r, j.turn
+	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
+		if err := tx.Delete(bucketParked, requestKey(r)); err != nil {
+			return err
+		}
+		t, _, err := turnTx(tx, r)
+		if err != nil {
+			return err
+		}
+		// A wake follows at least a first turn (none recorded: a
+		// request started by an earlier version).
+		num = 2
+		if t != nil {
+			num = max(t.Turn, 1) + 1
+		}
+		if err := putTurnTx(tx, r, num, j.input); err != nil {
+			return err
+		}
+		r, err = s.svc.UpdateTx(tx, r.ID, actor, "wake", fmt.Sprintf("next turn with %d new input(s)", len(j.input)),
+			func(r *requests.Request) { r.Activity = "" })
+		return err
+	})
+	return r, num, err
+}
+
+// beginFailed handles a turn whose start could not be recorded: a request
+// changed under us is re-read, a turn too large to record fails its
+// request, and any other error is the store's (worth a retry).
+func (s *Scheduler) beginFailed(ctx context.Context, j *job, err error) error {
+	if errors.Is(err, requests.ErrIllegalTransition) {
+		// Changed under us (e.g. cancelled as it was picked): re-read.
+		return nil
+	}
+	if errors.Is(err, store.ErrTooLarge) {
+		// The turn can never be recorded (its input is too large for
+		// one transaction): fail the request, not the agent's queue.
+		reason := "the turn could not be started: " + err.Error()
+		return s.settle(ctx, j.r.ID, j.input, func(ctx context.Context) error {
+			return s.end(ctx, j.r.ID, requests.Fail, reason, "", j.input)
+		})
+	}
+	return fmt.Errorf("agents: start %s: %w", j.r.ID, err)
+}
+
+// runTurn runs the started turn number num of request r on a's runtime and
+// records how it ended.
+func (s *Scheduler) runTurn(ctx context.Context, log *slog.Logger, a Agent, j *job, r *requests.Request, num int) error {
+	resumed := j.kind == jobResume
 	input, err := s.input(ctx, r, j)
 	if err != nil {
 		return s.end(ctx, r.ID, requests.Fail, err.Error(), "", j.input)
@@ -332,218 +370,29 @@ func (s *Scheduler) run(ctx context.Context, a Agent, j *job) error {
 	if s.OnTurn != nil {
 		s.OnTurn(a.Name, outcome, time.Since(began))
 	}
+	return s.turnEnded(ctx, log, a, j, r, turn, outcome, out, err)
+}
+
+// turnEnded acts on how a turn ended: an interrupted turn or one cut by the
+// store resumes later; any other end is recorded (and the runtime told once
+// it is committed).
+func (s *Scheduler) turnEnded(ctx context.Context, log *slog.Logger, a Agent, j *job, r *requests.Request, turn Turn, outcome string, out Outcome, ran error) error {
 	if outcome == TurnInterrupted {
 		log.InfoContext(ctx, "turn interrupted by shutdown; will resume")
 		return nil
 	}
-	if err != nil && store.Transient(err) {
+	if ran != nil && store.Transient(ran) {
 		// The store failed under the turn (what it reported could not be
 		// written): the turn is cut, not failed; it resumes once the store
 		// is back.
-		log.WarnContext(ctx, "turn cut by a store error; will resume", "error", err)
-		return fmt.Errorf("agents: turn of %s: %w", r.ID, err)
+		log.WarnContext(ctx, "turn cut by a store error; will resume", "error", ran)
+		return fmt.Errorf("agents: turn of %s: %w", r.ID, ran)
 	}
-	ran := err
-	err = s.settle(ctx, r.ID, j.input, func(ctx context.Context) error { return s.record(ctx, log, r, out, ran, j.input) })
+	err := s.settle(ctx, r.ID, j.input, func(ctx context.Context) error { return s.record(ctx, log, r, out, ran, j.input) })
 	if st, ok := a.Runtime.(Settler); ok && err == nil {
 		st.Settled(context.WithoutCancel(ctx), turn) // the end is committed: the runtime may let go of it
 	}
 	return err
-}
-
-// record writes how r's turn ended (out, or the runtime's error).
-func (s *Scheduler) record(ctx context.Context, log *slog.Logger, r *requests.Request, out Outcome, err error, got []pendingInput) error {
-	switch {
-	case err != nil:
-		log.WarnContext(ctx, "turn failed", "error", err)
-		return s.end(ctx, r.ID, requests.Fail, err.Error(), "", got)
-	case out.Stopped:
-		return s.end(ctx, r.ID, requests.Cancel, "", out.Final, got)
-	case out.Yielded:
-		return s.yield(ctx, r, out.Reason, got)
-	case out.YieldIfWaiting:
-		return s.finalOrWait(ctx, r, out.Final, got)
-	default:
-		return s.end(ctx, r.ID, requests.Finish, "", out.Final, got)
-	}
-}
-
-// recordUsage adds what a turn cost to its request (audited: the export
-// has each turn's), before the turn's end is recorded, so that the final
-// status shows it.
-func (s *Scheduler) recordUsage(ctx context.Context, log *slog.Logger, id requests.ID, agent string, u requests.Usage) {
-	if s.OnUsage != nil {
-		s.OnUsage(agent, u)
-	}
-	detail := fmt.Sprintf("input %d, output %d, cache read %d, cache write %d tokens; $%.4f",
-		u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens, u.CostUSD)
-	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
-		_, err := s.svc.UpdateTx(tx, id, actor, "usage", detail, func(r *requests.Request) { r.Usage = r.Usage.Add(u) })
-		return err
-	})
-	if err != nil {
-		log.WarnContext(ctx, "recording the turn's usage", "error", err)
-	}
-}
-
-// yield parks a request whose agent ended its turn waiting, if it waits on
-// something: what the delegator knows of (an open rendezvous or task), or
-// input for it that arrived after the turn began (a task that ended, or an
-// answer that came, during the very turn that started it: the next turn
-// gets it at once). Otherwise the request fails. The delegator is asked
-// first: whatever ends after it answered "nothing" has already put its
-// result in the pending input, which the parking transaction then sees.
-func (s *Scheduler) yield(ctx context.Context, r *requests.Request, reason string, got []pendingInput) error {
-	waiting, err := s.waiting(ctx, r.ID)
-	if err != nil {
-		return s.end(ctx, r.ID, requests.Fail, "the agent yielded: "+err.Error(), "", got)
-	}
-	parked, err := s.park(ctx, r, waiting, reason, "", got, func(Input) bool { return true })
-	switch {
-	case err != nil || parked:
-		return err
-	case s.Delegator == nil:
-		return s.end(ctx, r.ID, requests.Fail, "the agent yielded, but delegation is not available", "", got)
-	default:
-		return s.end(ctx, r.ID, requests.Fail, "the agent yielded, but it waits on nothing", "", got)
-	}
-}
-
-// waiting asks the delegator whether request id waits on a rendezvous or
-// task (false without a delegator).
-func (s *Scheduler) waiting(ctx context.Context, id requests.ID) (bool, error) {
-	if s.Delegator == nil {
-		return false, nil
-	}
-	return s.Delegator.Waiting(ctx, id)
-}
-
-// park parks request r, whose turn ended waiting, if it waits on
-// something: waiting (the delegator's word), or input for it that arrived
-// after the turn began and that counts. text, when not empty, is posted in
-// the thread (a CLI agent's final answer that is not its answer),
-// in the same transaction. It reports whether it parked.
-func (s *Scheduler) park(ctx context.Context, r *requests.Request, waiting bool, reason, text string, got []pendingInput, counts func(Input) bool) (bool, error) {
-	acked := map[string]bool{}
-	for _, it := range got {
-		acked[it.key] = true
-	}
-	parked := false
-	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
-		parked = waiting
-		if !parked {
-			items, err := pendingInputTx(tx, r)
-			if err != nil {
-				return err
-			}
-			for _, it := range items {
-				parked = parked || (!acked[it.key] && counts(it.in))
-			}
-		}
-		if !parked {
-			return nil
-		}
-		if err := tx.Put(bucketParked, requestKey(r), []byte(reason)); err != nil {
-			return err
-		}
-		if err := forgetCallsTx(tx, r); err != nil {
-			return err
-		}
-		for _, it := range got {
-			if err := tx.Delete(bucketInput, it.key); err != nil {
-				return err
-			}
-		}
-		after, err := s.svc.UpdateTx(tx, r.ID, actor, "yield", reason, func(r *requests.Request) {
-			r.Activity = "waiting"
-			if reason != "" {
-				r.Activity += ": " + reason
-			}
-		})
-		if err != nil || text == "" {
-			return err
-		}
-		return s.threads.Reply(tx, after, chat.Message{Kind: "reply", Text: s.svc.Clip(text)})
-	})
-	return parked, err
-}
-
-// end applies the terminal event and, in the same transaction, acknowledges
-// the pending input items the turn got; items that arrived too late are
-// recorded as undelivered (audit and a notice in the thread), never silently dropped. A
-// cancel keeps the reason recorded when it was asked; a stop that nobody
-// asked for is a failure.
-func (s *Scheduler) end(ctx context.Context, id requests.ID, ev requests.Event, reason, result string, got []pendingInput) error {
-	acked := map[string]bool{}
-	for _, it := range got {
-		acked[it.key] = true
-	}
-	reason, result = s.svc.Clip(reason), s.svc.Clip(result)
-	return s.svc.Store().Update(ctx, func(tx store.Tx) error {
-		r, err := s.svc.GetTx(tx, id)
-		if err != nil {
-			return err
-		}
-		ev, reason := ev, reason
-		if ev == requests.Cancel && !r.CancelRequested {
-			ev, reason = requests.Fail, "the agent stopped before it finished"
-		}
-		after, err := s.svc.ApplyTx(tx, id, requests.Change{Event: ev, Actor: actor, Detail: reason,
-			Mutate: func(r *requests.Request) {
-				if reason != "" {
-					r.Reason = reason
-				}
-				r.Result = result
-				r.Progress, r.Activity = 0, ""
-			}})
-		if errors.Is(err, requests.ErrIllegalTransition) {
-			s.log.WarnContext(ctx, "request changed before its turn ended", "request_id", id.String(), "error", err)
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		failpoint.Hit(failpoint.TurnEnding) // the end is being recorded: not committed
-		failpoint.AtCommit(tx, failpoint.RequestEnded)
-		if err := tx.Delete(bucketParked, requestKey(r)); err != nil {
-			return err
-		}
-		if err := tx.Delete(bucketTurns, requestKey(r)); err != nil {
-			return err
-		}
-		if err := tx.Delete(bucketWoken, requestKey(r)); err != nil {
-			return err
-		}
-		if err := forgetCallsTx(tx, r); err != nil {
-			return err
-		}
-		items, err := pendingInputTx(tx, r)
-		if err != nil {
-			return err
-		}
-		for _, it := range items {
-			if err := tx.Delete(bucketInput, it.key); err != nil {
-				return err
-			}
-			if acked[it.key] {
-				continue
-			}
-			what := it.in.Kind
-			if it.in.From != "" {
-				what += " from " + it.in.From
-			}
-			if err := audit.Append(tx, audit.Record{Time: after.Updated, RequestID: id.String(), Actor: actor,
-				Action: "undelivered", From: after.State.String(), To: after.State.String(),
-				Detail: what + " arrived after the last turn: " + clip.Line(it.in.Text, 200, clip.Bytes)}); err != nil {
-				return err
-			}
-			if err := s.threads.Reply(tx, after, chat.Message{Kind: "notice",
-				Text: fmt.Sprintf("(%s arrived after the agent's last turn and was not delivered)", what)}); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
 }
 
 // input builds a turn's input: a request's ask and the results of the

@@ -305,6 +305,21 @@ var userRE = regexp.MustCompile(`^(slack|feishu|console|api):[^\s:]+$`)
 
 // Validate checks required keys and cross references.
 func (c *Config) Validate() error {
+	checks := []func() error{
+		c.validateOwners, c.validateAgents, c.validateRooms, c.validateLimits, c.validateCertificate,
+		c.validateRunners, c.validateWeb, c.validateAPIToken, c.validateSlack, c.validateFeishu,
+		c.validateTimeouts, c.validateRemind, c.validateHA, c.validateLog, c.Limits.validate, c.validateShutdown,
+	}
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateOwners checks owner (required) and owners (each a user).
+func (c *Config) validateOwners() error {
 	if c.Owner == "" {
 		return keyErr("owner", "required")
 	}
@@ -313,6 +328,12 @@ func (c *Config) Validate() error {
 			return keyErr(fmt.Sprintf("owners[%d]", i), "%q is not a user (want surface:id, e.g. slack:U123)", u)
 		}
 	}
+	return nil
+}
+
+// validateAgents checks that there is an agent and each one's kind,
+// command and max_background_tasks.
+func (c *Config) validateAgents() error {
 	if len(c.Agents) == 0 {
 		return keyErr("agents", "required: at least one agent")
 	}
@@ -330,100 +351,120 @@ func (c *Config) Validate() error {
 			return keyErr(k+".max_background_tasks", "must not be negative")
 		}
 	}
-	if err := c.validateRooms(); err != nil {
-		return err
-	}
-	if err := c.validateLimits(); err != nil {
-		return err
-	}
-	if _, err := c.HTTP.Certificate(); err != nil {
-		return err
-	}
-	if err := c.validateRunners(); err != nil {
-		return err
-	}
-	if err := c.validateWeb(); err != nil {
-		return err
-	}
+	return nil
+}
+
+// validateCertificate checks that http's TLS certificate, if any, loads.
+func (c *Config) validateCertificate() error {
+	_, err := c.HTTP.Certificate()
+	return err
+}
+
+// validateAPIToken checks that http's API token is given at most one way.
+func (c *Config) validateAPIToken() error {
 	if c.HTTP.APIToken != "" && c.HTTP.APITokenFile != "" {
 		return keyErr("http.api_token", "set either api_token or api_token_file, not both")
 	}
-	if s := c.Slack; s != nil {
-		if err := secretPair("slack.bot_token", s.BotToken, s.BotTokenFile, true); err != nil {
-			return err
-		}
-		switch s.Mode {
-		case "socket":
-			if err := secretPair("slack.app_token", s.AppToken, s.AppTokenFile, true); err != nil {
-				return err
-			}
-		case "events":
-			if err := secretPair("slack.signing_secret", s.SigningSecret, s.SigningSecretFile, true); err != nil {
-				return err
-			}
-		default:
-			return keyErr("slack.mode", "unknown mode %q (want socket or events)", s.Mode)
-		}
+	return nil
+}
+
+// validateSlack checks the slack section, if any: its bot token and its
+// mode's secret.
+func (c *Config) validateSlack() error {
+	s := c.Slack
+	if s == nil {
+		return nil
 	}
-	if f := c.Feishu; f != nil {
-		if f.AppID == "" {
-			return keyErr("feishu.app_id", "required")
-		}
-		if err := secretPair("feishu.app_secret", f.AppSecret, f.AppSecretFile, true); err != nil {
-			return err
-		}
-		switch f.Mode {
-		case "ws":
-		case "callback":
-			if err := secretPair("feishu.verification_token", f.VerificationToken, f.VerificationTokenFile, true); err != nil {
-				return err
-			}
-		default:
-			return keyErr("feishu.mode", "unknown mode %q (want ws or callback)", f.Mode)
-		}
+	if err := secretPair("slack.bot_token", s.BotToken, s.BotTokenFile, true); err != nil {
+		return err
 	}
+	switch s.Mode {
+	case "socket":
+		return secretPair("slack.app_token", s.AppToken, s.AppTokenFile, true)
+	case "events":
+		return secretPair("slack.signing_secret", s.SigningSecret, s.SigningSecretFile, true)
+	default:
+		return keyErr("slack.mode", "unknown mode %q (want socket or events)", s.Mode)
+	}
+}
+
+// validateFeishu checks the feishu section, if any: its app ID and secret
+// and its mode's secret.
+func (c *Config) validateFeishu() error {
+	f := c.Feishu
+	if f == nil {
+		return nil
+	}
+	if f.AppID == "" {
+		return keyErr("feishu.app_id", "required")
+	}
+	if err := secretPair("feishu.app_secret", f.AppSecret, f.AppSecretFile, true); err != nil {
+		return err
+	}
+	switch f.Mode {
+	case "ws":
+		return nil
+	case "callback":
+		return secretPair("feishu.verification_token", f.VerificationToken, f.VerificationTokenFile, true)
+	default:
+		return keyErr("feishu.mode", "unknown mode %q (want ws or callback)", f.Mode)
+	}
+}
+
+// validateTimeouts checks that the rendezvous timeout and the approvals'
+// TTL are not negative.
+func (c *Config) validateTimeouts() error {
 	if c.Delegation.RendezvousTimeout < 0 {
 		return keyErr("delegation.rendezvous_timeout", "must not be negative")
 	}
 	if c.Approvals.TTL < 0 {
 		return keyErr("approvals.ttl", "must not be negative")
 	}
-	if err := c.validateRemind(); err != nil {
-		return err
+	return nil
+}
+
+// validateHA checks the ha section, if any: endpoints, lease, keepalive,
+// prefix, retention and advertised URL.
+func (c *Config) validateHA() error {
+	h := c.HA
+	if h == nil {
+		return nil
 	}
-	if h := c.HA; h != nil {
-		if len(h.Etcd) == 0 {
-			return keyErr("ha.etcd", "required: at least one etcd endpoint")
-		}
-		if h.LeaseTTL < time.Second {
-			return keyErr("ha.lease_ttl", "%v is too short (want at least 1s; etcd's minimum is 2s with default ticks)", h.LeaseTTL)
-		}
-		if h.KeepAlive != 0 && h.KeepAlive < minKeepAlive {
-			return keyErr("ha.keepalive", "%v is too short (want at least %v: etcd drops clients that ping more often)", h.KeepAlive, minKeepAlive)
-		}
-		if !strings.HasPrefix(h.Prefix, "/") || strings.HasSuffix(h.Prefix, "/") {
-			return keyErr("ha.prefix", "%q: want a path like /roombridge", h.Prefix)
-		}
-		if h.AuditRetention < 0 {
-			return keyErr("ha.audit_retention", "must not be negative")
-		}
-		if h.AdvertiseURL != "" {
-			if pu, err := url.Parse(h.AdvertiseURL); err != nil || pu.Host == "" || (pu.Scheme != "http" && pu.Scheme != "https") {
-				return keyErr("ha.advertise_url", "%q is not a URL (want https://host:port)", h.AdvertiseURL)
-			}
+	if len(h.Etcd) == 0 {
+		return keyErr("ha.etcd", "required: at least one etcd endpoint")
+	}
+	if h.LeaseTTL < time.Second {
+		return keyErr("ha.lease_ttl", "%v is too short (want at least 1s; etcd's minimum is 2s with default ticks)", h.LeaseTTL)
+	}
+	if h.KeepAlive != 0 && h.KeepAlive < minKeepAlive {
+		return keyErr("ha.keepalive", "%v is too short (want at least %v: etcd drops clients that ping more often)", h.KeepAlive, minKeepAlive)
+	}
+	if !strings.HasPrefix(h.Prefix, "/") || strings.HasSuffix(h.Prefix, "/") {
+		return keyErr("ha.prefix", "%q: want a path like /roombridge", h.Prefix)
+	}
+	if h.AuditRetention < 0 {
+		return keyErr("ha.audit_retention", "must not be negative")
+	}
+	if h.AdvertiseURL != "" {
+		if pu, err := url.Parse(h.AdvertiseURL); err != nil || pu.Host == "" || (pu.Scheme != "http" && pu.Scheme != "https") {
+			return keyErr("ha.advertise_url", "%q is not a URL (want https://host:port)", h.AdvertiseURL)
 		}
 	}
+	return nil
+}
+
+// validateLog checks log's level and format.
+func (c *Config) validateLog() error {
 	switch strings.ToLower(c.Log.Level) {
 	case "", "debug", "info", "warn", "error":
 	default:
 		return keyErr("log.level", "unknown level %q (want debug, info, warn or error)", c.Log.Level)
 	}
-	if err := CheckLogFormat(c.Log.Format); err != nil {
-		return err
-	}
-	if err := c.Limits.validate(); err != nil {
-		return err
-	}
+	return CheckLogFormat(c.Log.Format)
+}
+
+// validateShutdown checks that the shutdown grace is not negative.
+func (c *Config) validateShutdown() error {
 	if c.Shutdown.Grace < 0 {
 		return keyErr("shutdown.grace", "%v: must be positive", c.Shutdown.Grace)
 	}

@@ -195,65 +195,9 @@ func (s *Service) BackgroundRun(ctx context.Context, from requests.ID, run agent
 	s.tasks.starting.RLock()
 	defer s.tasks.starting.RUnlock()
 	err := s.svc.Store().Update(ctx, func(tx store.Tx) error {
-		t, refusal, replayed = nil, "", ""
-		r, err := s.svc.GetTx(tx, from)
-		if err != nil {
-			return err
-		}
-		if first, ok, err := agents.ReplayCallTx(tx, s.svc, r, run.Key); err != nil || ok {
-			if replayed = first.TaskID; err == nil && replayed == "" {
-				err = fmt.Errorf("the journaled call %s has no task", run.Key)
-			}
-			return err
-		}
-		if r.State != requests.Running {
-			refusal = fmt.Sprintf("%s is %s, not running", r.ID, r.State)
-			return nil
-		}
-		if run.Agent != "" {
-			if refusal = s.checkAsk(tx, r, run.Agent, run.Text); refusal != "" {
-				return nil
-			}
-		}
-		limit := s.maxTasks(r.Agent)
-		p := "a/" + r.Owner + "/" + r.Agent + "/"
-		n := 0
-		if err := tx.Scan(bucketTasksOpen, p, store.PrefixEnd(p), func(string, []byte) error { n++; return nil }); err != nil {
-			return err
-		}
-		if n >= limit {
-			refusal = fmt.Sprintf("%s already runs %d background tasks (max_background_tasks is %d); wait for one to end", r.Agent, n, limit)
-			return nil
-		}
-		seq, err := store.NextSeq(tx, "task_id/"+r.Owner)
-		if err != nil {
-			return err
-		}
-		now := s.svc.Clock().Now().UTC()
-		t = &Task{ID: fmt.Sprintf("T-%d", seq), Owner: r.Owner, Request: r.ID, Agent: r.Agent,
-			Command: run.Command, State: TaskRunning, Started: now}
-		if run.Agent != "" {
-			rt, err := s.svc.CreateTx(tx, requests.Ask{Agent: run.Agent, Room: r.Room, Surface: r.Surface,
-				User: r.Requester, Text: run.Text, DelegatedBy: r.ID, Approved: true})
-			if err != nil {
-				return err
-			}
-			t.Name, t.RunAgent, t.Text, t.Run = firstNonEmpty(run.Name, run.Agent), run.Agent, run.Text, rt.ID
-		} else {
-			t.Name = firstNonEmpty(run.Name, run.Command[0])
-		}
-		if err := s.putTask(tx, t); err != nil {
-			return err
-		}
-		if err := agents.RecordCallTx(tx, run.Key, agents.Response{OK: true, TaskID: t.ID}); err != nil {
-			return err
-		}
-		if err := audit.Append(tx, audit.Record{Time: now, RequestID: r.ID.String(), Actor: "agent:" + r.Agent,
-			Action: "background_run", From: r.State.String(), To: r.State.String(),
-			Detail: t.ID + " " + t.Name + ": " + clip.Text(t.What(), 200, clip.Bytes)}); err != nil {
-			return err
-		}
-		return s.noticeTx(tx, r.ID, fmt.Sprintf("started background task %s (%s): %s", t.ID, t.Name, clip.Text(t.What(), 200, clip.Bytes)))
+		var err error
+		t, refusal, replayed, err = s.insertTaskTx(tx, from, run)
+		return err
 	})
 	if err == nil && refusal != "" {
 		err = s.refuse(ctx, from, "background_run", refusal)
@@ -268,6 +212,93 @@ func (s *Service) BackgroundRun(ctx context.Context, from requests.ID, run agent
 		s.start(t)
 	}
 	return t.ID, nil
+}
+
+// insertTaskTx inserts the task of request from's background_run call and
+// records the call's answer. It returns the task, or why the call is
+// refused, or the task of the same call made before (replayed).
+func (s *Service) insertTaskTx(tx store.Tx, from requests.ID, run agents.BackgroundRun) (t *Task, refusal, replayed string, err error) {
+	r, err := s.svc.GetTx(tx, from)
+	if err != nil {
+		return nil, "", "", err
+	}
+	if first, ok, err := agents.ReplayCallTx(tx, s.svc, r, run.Key); err != nil || ok {
+		if replayed = first.TaskID; err == nil && replayed == "" {
+			err = fmt.Errorf("the journaled call %s has no task", run.Key)
+		}
+		return nil, "", replayed, err
+	}
+	if refusal, err = s.taskRefusalTx(tx, r, run); err != nil || refusal != "" {
+		return nil, refusal, "", err
+	}
+	now := s.svc.Clock().Now().UTC()
+	if t, err = s.newTaskTx(tx, r, run, now); err != nil {
+		return nil, "", "", err
+	}
+	return t, "", "", s.recordTaskTx(tx, r, t, run.Key, now)
+}
+
+// taskRefusalTx says why r may not start run ("": it may): r is not
+// running, the agent to run may not be asked, or r's agent already runs
+// as many tasks as its cap allows.
+func (s *Service) taskRefusalTx(tx store.Tx, r *requests.Request, run agents.BackgroundRun) (string, error) {
+	if r.State != requests.Running {
+		return fmt.Sprintf("%s is %s, not running", r.ID, r.State), nil
+	}
+	if run.Agent != "" {
+		if refusal := s.checkAsk(tx, r, run.Agent, run.Text); refusal != "" {
+			return refusal, nil
+		}
+	}
+	limit := s.maxTasks(r.Agent)
+	p := "a/" + r.Owner + "/" + r.Agent + "/"
+	n := 0
+	if err := tx.Scan(bucketTasksOpen, p, store.PrefixEnd(p), func(string, []byte) error { n++; return nil }); err != nil {
+		return "", err
+	}
+	if n >= limit {
+		return fmt.Sprintf("%s already runs %d background tasks (max_background_tasks is %d); wait for one to end", r.Agent, n, limit), nil
+	}
+	return "", nil
+}
+
+// newTaskTx numbers a new task of r for run, started at now; an agent run
+// creates its request (delegated by r, approved).
+func (s *Service) newTaskTx(tx store.Tx, r *requests.Request, run agents.BackgroundRun, now time.Time) (*Task, error) {
+	seq, err := store.NextSeq(tx, "task_id/"+r.Owner)
+	if err != nil {
+		return nil, err
+	}
+	t := &Task{ID: fmt.Sprintf("T-%d", seq), Owner: r.Owner, Request: r.ID, Agent: r.Agent,
+		Command: run.Command, State: TaskRunning, Started: now}
+	if run.Agent != "" {
+		rt, err := s.svc.CreateTx(tx, requests.Ask{Agent: run.Agent, Room: r.Room, Surface: r.Surface,
+			User: r.Requester, Text: run.Text, DelegatedBy: r.ID, Approved: true})
+		if err != nil {
+			return nil, err
+		}
+		t.Name, t.RunAgent, t.Text, t.Run = firstNonEmpty(run.Name, run.Agent), run.Agent, run.Text, rt.ID
+	} else {
+		t.Name = firstNonEmpty(run.Name, run.Command[0])
+	}
+	return t, nil
+}
+
+// recordTaskTx writes task t of r, the answer of the call key, the audit
+// record and the notice in r's thread.
+func (s *Service) recordTaskTx(tx store.Tx, r *requests.Request, t *Task, key agents.CallKey, now time.Time) error {
+	if err := s.putTask(tx, t); err != nil {
+		return err
+	}
+	if err := agents.RecordCallTx(tx, key, agents.Response{OK: true, TaskID: t.ID}); err != nil {
+		return err
+	}
+	if err := audit.Append(tx, audit.Record{Time: now, RequestID: r.ID.String(), Actor: "agent:" + r.Agent,
+		Action: "background_run", From: r.State.String(), To: r.State.String(),
+		Detail: t.ID + " " + t.Name + ": " + clip.Text(t.What(), 200, clip.Bytes)}); err != nil {
+		return err
+	}
+	return s.noticeTx(tx, r.ID, fmt.Sprintf("started background task %s (%s): %s", t.ID, t.Name, clip.Text(t.What(), 200, clip.Bytes)))
 }
 
 // refuse audits a refused call and returns its error.

@@ -89,74 +89,97 @@ func New(ctx context.Context, o Options) (*Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Metrics{
-		reg: prometheus.NewRegistry(),
-		svc: o.Requests,
-		log: log,
-		sweepDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "sweep_duration_seconds",
-			Help:    "How long each run of the expiry sweeper took.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10), // 1 ms … 4.4 min
-		}),
-		sweepItems: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "sweep_items_total",
-			Help: "Due items the sweeper handled, by result: expired, skipped (settled meanwhile) or failed (retried next run).",
-		}, []string{"result"}),
-		deliveryLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "delivery_latency_seconds",
-			Help:    "Time from an effect's enqueueing in the outbox to its delivery, per surface.",
-			Buckets: prometheus.ExponentialBuckets(0.01, 2.5, 12), // 10 ms … 4 min
-		}, []string{"surface"}),
-		apiErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "platform_api_errors_total",
-			Help: "Failed platform API calls by surface and code (the platform's error code, http_<status>, or transport), rate limits excluded.",
-		}, []string{"surface", "code"}),
-		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "platform_rate_limited_total",
-			Help: "Platform API calls refused by a rate limit (HTTP 429 and the platforms' rate-limit codes), by surface.",
-		}, []string{"surface"}),
-		inbound: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "inbound_events_total",
-			Help: "Inbound chat events handled, duplicates included, by surface and kind.",
-		}, []string{"surface", "kind"}),
-		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "inbound_duplicates_total",
-			Help: "Inbound chat events dropped as duplicates of one seen before (platform retries), by surface.",
-		}, []string{"surface"}),
-		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "agent_turns_total",
-			Help: "Agent turns by agent and outcome: final, yielded, failed, stopped (cancelled), interrupted (shutdown).",
-		}, []string{"agent", "outcome"}),
-		turnDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "agent_turn_duration_seconds",
-			Help:    "How long agent turns took, by agent.",
-			Buckets: prometheus.ExponentialBuckets(0.1, 3, 10), // 100 ms … 33 min
-		}, []string{"agent"}),
-		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "agent_tokens_total",
-			Help: "Tokens the agents' turns used, as the models reported them, by agent and type: input, output, cache_read, cache_write.",
-		}, []string{"agent", "type"}),
-		cost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "agent_cost_dollars_total",
-			Help: "What the agents' turns cost in dollars, as the models reported it, by agent.",
-		}, []string{"agent"}),
-		isLeader: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "is_leader",
-			Help: "1 while this instance does the leader's work, else 0.",
-		}),
-		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "leader_changes_total",
-			Help: "Times this instance became the leader (summed over instances: the changes of leader).",
-		}),
-	}
+	m := &Metrics{reg: prometheus.NewRegistry(), svc: o.Requests, log: log}
+	m.newSweepMetrics()
+	m.newPlatformMetrics()
+	m.newAgentMetrics()
+	m.newLeaderMetrics()
 	m.store = newStoreCollector(o.Requests, o.Agents, o.Surfaces, cursor, log)
 	m.reg.MustRegister(m.store, m.sweepDuration, m.sweepItems, m.deliveryLatency, m.apiErrors, m.rateLimited,
 		m.inbound, m.duplicates, m.turns, m.turnDuration, m.tokens, m.cost, m.isLeader, m.leaderChanges)
 	if !o.NoRuntime {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	// Known label values start at zero (a rate over a missing series is no
-	// rate at all).
+	m.zeroKnown(o)
+	return m, nil
+}
+
+// newSweepMetrics makes the expiry sweeper's metrics.
+func (m *Metrics) newSweepMetrics() {
+	m.sweepDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: namespace, Name: "sweep_duration_seconds",
+		Help:    "How long each run of the expiry sweeper took.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 4, 10), // 1 ms … 4.4 min
+	})
+	m.sweepItems = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "sweep_items_total",
+		Help: "Due items the sweeper handled, by result: expired, skipped (settled meanwhile) or failed (retried next run).",
+	}, []string{"result"})
+}
+
+// newPlatformMetrics makes the metrics of deliveries, platform API calls and
+// inbound events.
+func (m *Metrics) newPlatformMetrics() {
+	m.deliveryLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Name: "delivery_latency_seconds",
+		Help:    "Time from an effect's enqueueing in the outbox to its delivery, per surface.",
+		Buckets: prometheus.ExponentialBuckets(0.01, 2.5, 12), // 10 ms … 4 min
+	}, []string{"surface"})
+	m.apiErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "platform_api_errors_total",
+		Help: "Failed platform API calls by surface and code (the platform's error code, http_<status>, or transport), rate limits excluded.",
+	}, []string{"surface", "code"})
+	m.rateLimited = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "platform_rate_limited_total",
+		Help: "Platform API calls refused by a rate limit (HTTP 429 and the platforms' rate-limit codes), by surface.",
+	}, []string{"surface"})
+	m.inbound = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "inbound_events_total",
+		Help: "Inbound chat events handled, duplicates included, by surface and kind.",
+	}, []string{"surface", "kind"})
+	m.duplicates = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "inbound_duplicates_total",
+		Help: "Inbound chat events dropped as duplicates of one seen before (platform retries), by surface.",
+	}, []string{"surface"})
+}
+
+// newAgentMetrics makes the metrics of agent turns: outcomes, durations,
+// tokens and cost.
+func (m *Metrics) newAgentMetrics() {
+	m.turns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "agent_turns_total",
+		Help: "Agent turns by agent and outcome: final, yielded, failed, stopped (cancelled), interrupted (shutdown).",
+	}, []string{"agent", "outcome"})
+	m.turnDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Name: "agent_turn_duration_seconds",
+		Help:    "How long agent turns took, by agent.",
+		Buckets: prometheus.ExponentialBuckets(0.1, 3, 10), // 100 ms … 33 min
+	}, []string{"agent"})
+	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "agent_tokens_total",
+		Help: "Tokens the agents' turns used, as the models reported them, by agent and type: input, output, cache_read, cache_write.",
+	}, []string{"agent", "type"})
+	m.cost = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "agent_cost_dollars_total",
+		Help: "What the agents' turns cost in dollars, as the models reported it, by agent.",
+	}, []string{"agent"})
+}
+
+// newLeaderMetrics makes the leadership metrics.
+func (m *Metrics) newLeaderMetrics() {
+	m.isLeader = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "is_leader",
+		Help: "1 while this instance does the leader's work, else 0.",
+	})
+	m.leaderChanges = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Name: "leader_changes_total",
+		Help: "Times this instance became the leader (summed over instances: the changes of leader).",
+	})
+}
+
+// zeroKnown starts the series of known label values at zero (a rate over a
+// missing series is no rate at all).
+func (m *Metrics) zeroKnown(o Options) {
 	for _, r := range []string{"expired", "skipped", "failed"} {
 		m.sweepItems.WithLabelValues(r)
 	}
@@ -169,7 +192,6 @@ func New(ctx context.Context, o Options) (*Metrics, error) {
 			m.turns.WithLabelValues(a, out)
 		}
 	}
-	return m, nil
 }
 
 // Registry is what GET /metrics serves (httpapi.Options.Registry).

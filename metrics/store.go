@@ -227,91 +227,112 @@ func (c *storeCollector) collectAudit(ctx context.Context, ch chan<- prometheus.
 	}
 }
 
+// snapshot is what collectStore reads from the store: request counts by
+// state and agent, created by surface and state, transitions by from and to,
+// and the outbox depth by surface.
+type snapshot struct {
+	counts, created, trans map[[2]string]int64
+	depth                  map[string]int64
+}
+
 // collectStore reads the counters Observe keeps and the outbox, in one
 // snapshot.
 func (c *storeCollector) collectStore(ctx context.Context, ch chan<- prometheus.Metric) error {
-	owner := c.svc.Owner()
-	counts := map[[2]string]int64{} // state, agent
-	created := map[[2]string]int64{}
-	trans := map[[2]string]int64{}
-	depth := map[string]int64{}
+	snap := snapshot{counts: map[[2]string]int64{}, created: map[[2]string]int64{}, trans: map[[2]string]int64{}, depth: map[string]int64{}}
 	for _, s := range c.surfaces {
-		depth[s] = 0
+		snap.depth[s] = 0
 	}
-	err := c.svc.Store().View(ctx, func(tx store.Tx) error {
-		clear(counts)
-		clear(created)
-		clear(trans)
-		// pairs reads the counters under prefix p, keyed by the two
-		// label values after it (the second may hold slashes: agents).
-		pairs := func(p string, into map[[2]string]int64) error {
-			return tx.Scan(bucket, p, store.PrefixEnd(p), func(k string, v []byte) error {
-				a, b, ok := strings.Cut(strings.TrimPrefix(k, p), "/")
-				if ok && len(v) == 8 {
-					into[[2]string{a, b}] = int64(binary.BigEndian.Uint64(v))
-				}
-				return nil
-			})
-		}
-		_, err := tx.Get(bucket, countsMarker(owner))
-		switch {
-		case err == nil:
-			if err := pairs(countsMarker(owner)+"/", counts); err != nil {
-				return err
-			}
-		case errors.Is(err, store.ErrNotFound):
-			// Not indexed yet (IndexRequests has not run on this store):
-			// count the requests themselves.
-			if err := c.svc.EachTx(tx, func(r *requests.Request) error {
-				counts[[2]string{r.State.String(), r.Agent}]++
-				return nil
-			}); err != nil {
-				return err
-			}
-		default:
-			return err
-		}
-		if err := pairs("created/"+owner+"/", created); err != nil {
-			return err
-		}
-		if err := pairs("transitions/"+owner+"/", trans); err != nil {
-			return err
-		}
-		for s := range depth {
-			depth[s] = 0
-		}
-		effects, err := store.PendingEffects(tx, 0)
-		if err != nil {
-			return err
-		}
-		for _, e := range effects {
-			surface, _, _ := strings.Cut(e.Queue, "/")
-			depth[surface] += int64(max(e.Span, 1)) // an effect expanded at delivery counts as those it stands for
-		}
-		return nil
-	})
+	err := c.svc.Store().View(ctx, func(tx store.Tx) error { return c.readSnapshot(tx, snap) })
 	if err != nil {
 		return err
 	}
+	c.emitSnapshot(ch, snap)
+	return nil
+}
+
+// readSnapshot fills snap (cleared first: a transaction may run again) from
+// tx.
+func (c *storeCollector) readSnapshot(tx store.Tx, snap snapshot) error {
+	owner := c.svc.Owner()
+	clear(snap.counts)
+	clear(snap.created)
+	clear(snap.trans)
+	if err := c.readCounts(tx, owner, snap.counts); err != nil {
+		return err
+	}
+	if err := scanPairs(tx, "created/"+owner+"/", snap.created); err != nil {
+		return err
+	}
+	if err := scanPairs(tx, "transitions/"+owner+"/", snap.trans); err != nil {
+		return err
+	}
+	for s := range snap.depth {
+		snap.depth[s] = 0
+	}
+	effects, err := store.PendingEffects(tx, 0)
+	if err != nil {
+		return err
+	}
+	for _, e := range effects {
+		surface, _, _ := strings.Cut(e.Queue, "/")
+		snap.depth[surface] += int64(max(e.Span, 1)) // an effect expanded at delivery counts as those it stands for
+	}
+	return nil
+}
+
+// scanPairs reads the counters under prefix p into into, keyed by the two
+// label values after it (the second may hold slashes: agents).
+func scanPairs(tx store.Tx, p string, into map[[2]string]int64) error {
+	return tx.Scan(bucket, p, store.PrefixEnd(p), func(k string, v []byte) error {
+		a, b, ok := strings.Cut(strings.TrimPrefix(k, p), "/")
+		if ok && len(v) == 8 {
+			into[[2]string{a, b}] = int64(binary.BigEndian.Uint64(v))
+		}
+		return nil
+	})
+}
+
+// readCounts reads the request counts by state and agent: the counters
+// Observe keeps or, before IndexRequests has run on this store, the
+// requests themselves.
+func (c *storeCollector) readCounts(tx store.Tx, owner string, counts map[[2]string]int64) error {
+	_, err := tx.Get(bucket, countsMarker(owner))
+	switch {
+	case err == nil:
+		return scanPairs(tx, countsMarker(owner)+"/", counts)
+	case errors.Is(err, store.ErrNotFound):
+		// Not indexed yet (IndexRequests has not run on this store):
+		// count the requests themselves.
+		return c.svc.EachTx(tx, func(r *requests.Request) error {
+			counts[[2]string{r.State.String(), r.Agent}]++
+			return nil
+		})
+	default:
+		return err
+	}
+}
+
+// emitSnapshot sends snap's metrics: requests of every configured (or
+// counted) agent in every state, created, transitions and outbox depth.
+func (c *storeCollector) emitSnapshot(ch chan<- prometheus.Metric, snap snapshot) {
 	agents := slices.Clone(c.agents)
-	for k := range counts {
+	for k := range snap.counts {
 		if !slices.Contains(agents, k[1]) {
 			agents = append(agents, k[1])
 		}
 	}
 	for _, a := range agents {
 		for _, s := range requests.States {
-			ch <- prometheus.MustNewConstMetric(c.requests, prometheus.GaugeValue, float64(counts[[2]string{s.String(), a}]), s.String(), a)
+			ch <- prometheus.MustNewConstMetric(c.requests, prometheus.GaugeValue, float64(snap.counts[[2]string{s.String(), a}]), s.String(), a)
 		}
 	}
-	for k, n := range created {
+	for k, n := range snap.created {
 		ch <- prometheus.MustNewConstMetric(c.created, prometheus.CounterValue, float64(n), k[0], k[1])
 	}
-	for k, n := range trans {
+	for k, n := range snap.trans {
 		ch <- prometheus.MustNewConstMetric(c.transitions, prometheus.CounterValue, float64(n), k[0], k[1])
 	}
-	for s, n := range depth {
+	for s, n := range snap.depth {
 		ch <- prometheus.MustNewConstMetric(c.outbox, prometheus.GaugeValue, float64(n), s)
 	}
-	return nil
 }

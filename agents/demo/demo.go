@@ -200,7 +200,50 @@ func (a *agent) stop() int {
 	return 0
 }
 
+// inputs is what a turn's input says: its ask (if any), the requests it
+// references, and every other input, each as one line.
+type inputs struct {
+	ask    string
+	hasAsk bool
+	refs   []string
+	other  []string
+}
+
+// script is what a turn's directives build up: the final answer, whether
+// any directive was known, and how long to stay alive after the final.
+type script struct {
+	final     string
+	directive bool
+	linger    time.Duration
+}
+
+// run acts out the turn and returns the process exit code.
 func (a *agent) run() int {
+	a.startSession()
+	in := a.readInputs()
+	if !in.hasAsk {
+		a.emit(agents.TurnEvent{Type: agents.EventFinal, Text: "got " + strings.Join(in.other, "; ")})
+		a.logf("final %s", a.turn.RequestID)
+		return 0
+	}
+	var s script
+	for _, step := range strings.FieldsFunc(in.ask, func(r rune) bool { return r == ';' || r == '\n' }) {
+		if a.cancelled() {
+			return a.stop()
+		}
+		verb, arg, _ := strings.Cut(strings.TrimSpace(step), " ")
+		arg = strings.TrimSpace(arg)
+		known, end, code := a.act(&s, verb, arg)
+		if end {
+			return code
+		}
+		s.directive = s.directive || known
+	}
+	return a.finish(s, in)
+}
+
+// startSession announces a new session, or logs the resumed one.
+func (a *agent) startSession() {
 	session := a.turn.Session
 	if session == "" {
 		session = fmt.Sprintf("demo-%s-%d", a.turn.RequestID, time.Now().UnixNano()%1e6)
@@ -209,165 +252,236 @@ func (a *agent) run() int {
 		a.logf("resumed session %s for %s", session, a.turn.RequestID)
 	}
 	a.logf("session %s %s", a.turn.RequestID, session)
-	ask, hasAsk := "", false
-	var refs, other []string
+}
+
+// readInputs sorts the turn's input into its ask, references and the rest,
+// logging each reference and other input.
+func (a *agent) readInputs() inputs {
+	var r inputs
 	for _, in := range a.turn.Input {
 		switch in.Kind {
 		case agents.InputAsk:
-			ask, hasAsk = in.Text, true
+			r.ask, r.hasAsk = in.Text, true
 		case agents.InputReference:
-			refs = append(refs, fmt.Sprintf("%s (%s): %s", in.RequestID, in.State, in.Text))
+			r.refs = append(r.refs, fmt.Sprintf("%s (%s): %s", in.RequestID, in.State, in.Text))
 			a.logf("reference %s %s", in.RequestID, in.Text)
 		default:
 			s := strings.Join(slices.DeleteFunc([]string{in.Kind, in.From, in.RequestID, in.TaskID},
 				func(s string) bool { return s == "" }), " ") + ": " + in.Text
-			other = append(other, s)
+			r.other = append(r.other, s)
 			a.logf("input %s %s", a.turn.RequestID, s)
 		}
 	}
-	if !hasAsk {
-		a.emit(agents.TurnEvent{Type: agents.EventFinal, Text: "got " + strings.Join(other, "; ")})
-		a.logf("final %s", a.turn.RequestID)
-		return 0
-	}
-	final, directive, linger := "", false, time.Duration(0)
-	for _, step := range strings.FieldsFunc(ask, func(r rune) bool { return r == ';' || r == '\n' }) {
-		if a.cancelled() {
-			return a.stop()
-		}
-		verb, arg, _ := strings.Cut(strings.TrimSpace(step), " ")
-		arg = strings.TrimSpace(arg)
-		known := true
-		switch verb {
-		case "echo":
-			final = arg
-		case "stream":
-			final = a.stream(arg)
-		case "say":
-			a.emit(agents.TurnEvent{Type: agents.EventMessage, Text: arg})
-			a.done = append(a.done, "said "+arg)
-		case "progress":
-			n, text, _ := strings.Cut(arg, " ")
-			p, _ := strconv.Atoi(n)
-			a.emit(agents.TurnEvent{Type: agents.EventProgress, Percent: p, Text: text})
-		case "tool":
-			name, dur, _ := strings.Cut(arg, " ")
-			dur = strings.TrimSpace(dur)
-			a.logf("tool start %s %s", a.turn.RequestID, name)
-			a.emit(agents.TurnEvent{Type: agents.EventTool, Phase: agents.PhaseStart, Name: name})
-			// The tool's work (a cancel does not cut it): a duration, or
-			// until a file exists.
-			if d, err := time.ParseDuration(dur); err == nil {
-				time.Sleep(d)
-			} else {
-				a.await(dur)
-			}
-			// Logged first: the tool's end is the bridge's safe point, where
-			// a drain may stop this process as soon as it hears of it.
-			a.logf("tool end %s %s", a.turn.RequestID, name)
-			a.emit(agents.TurnEvent{Type: agents.EventTool, Phase: agents.PhaseEnd, Name: name})
-			a.done = append(a.done, "ran "+name)
-		case "sleep":
-			d, _ := time.ParseDuration(arg)
-			select {
-			case <-time.After(d):
-			case <-a.cancel:
-			}
-		case "approve":
-			r, ok := a.call(agents.TurnEvent{Type: agents.EventRequestApproval, Action: arg})
-			if !ok {
-				return a.stop()
-			}
-			answer := r.Text
-			if answer == "" {
-				answer = "not approved: " + r.Error
-			}
-			a.emit(agents.TurnEvent{Type: agents.EventMessage, Text: "approval: " + answer})
-			a.done = append(a.done, "asked to "+arg+": "+answer)
-		case "question":
-			r, ok := a.call(agents.TurnEvent{Type: agents.EventAskUser, Text: arg})
-			if !ok {
-				return a.stop()
-			}
-			final = "answer: " + firstNonEmpty(r.Text, "no answer: "+r.Error)
-			a.emit(agents.TurnEvent{Type: agents.EventMessage, Text: final})
-			a.done = append(a.done, "asked "+arg+": "+final)
-		case "ask":
-			who, text, _ := strings.Cut(arg, " ")
-			text = strings.ReplaceAll(text, "|", ";")
-			r, ok := a.call(agents.TurnEvent{Type: agents.EventAskAgent, Agent: who, Text: text})
-			if !ok {
-				return a.stop()
-			}
-			if r.OK {
-				a.emit(agents.TurnEvent{Type: agents.EventYield, Reason: "waiting on " + r.RequestID})
-				a.logf("yield %s", a.turn.RequestID)
-				return 0
-			}
-			a.emit(agents.TurnEvent{Type: agents.EventMessage, Text: "ask_agent failed: " + r.Error})
-		case "background":
-			name, cmd, _ := strings.Cut(arg, " ")
-			r, ok := a.call(agents.TurnEvent{Type: agents.EventBackgroundRun, Name: name, Command: strings.Fields(cmd)})
-			if !ok {
-				return a.stop()
-			}
-			if r.OK {
-				a.emit(agents.TurnEvent{Type: agents.EventMessage, Text: "started task " + r.TaskID})
-			} else {
-				a.emit(agents.TurnEvent{Type: agents.EventMessage, Text: "background_run failed: " + r.Error})
-			}
-		case "yield":
-			a.emit(agents.TurnEvent{Type: agents.EventYield, Reason: arg})
-			a.logf("yield %s", a.turn.RequestID)
-			return 0
-		case "fail":
-			// stderr first: the bridge stops the agent as soon as it reads the error.
-			fmt.Fprintln(os.Stderr, "demo-agent: failing:", arg)
-			a.emit(agents.TurnEvent{Type: agents.EventError, Message: arg})
-			return 1
-		case "exit":
-			n, _ := strconv.Atoi(arg)
-			fmt.Fprintf(os.Stderr, "demo-agent: exiting with status %d\n", n)
-			return n
-		case "garbage":
-			fmt.Fprintln(a.raw, "this is not json")
-		case "big":
-			n, _ := strconv.Atoi(arg)
-			a.mu.Lock()
-			fmt.Fprintf(a.raw, "{\"type\":\"message\",\"text\":\"%s\"}\n", strings.Repeat("x", max(n-30, 0)))
-			a.mu.Unlock()
-		case "long":
-			n, _ := strconv.Atoi(arg)
-			final = strings.Repeat("x", max(n, 0))
-		case "linger":
-			linger, _ = time.ParseDuration(arg)
-		case "trap":
-			signal.Ignore(syscall.SIGINT, syscall.SIGTERM)
-			a.logf("trapping signals %s", a.turn.RequestID)
-		case "touch":
-			_ = os.WriteFile(arg, nil, 0o644)
-		case "await":
-			a.await(arg)
-		default:
-			known = false
-		}
-		directive = directive || known
-	}
+	return r
+}
+
+// finish ends a turn whose directives all ran: it stops on a cancel, or
+// emits the final answer (and lingers if asked to).
+func (a *agent) finish(s script, in inputs) int {
 	if a.cancelled() {
 		return a.stop()
 	}
-	if final == "" && !directive {
-		final = "echo: " + ask
+	final := s.final
+	if final == "" && !s.directive {
+		final = "echo: " + in.ask
 	}
-	if len(refs) > 0 {
-		final += "\nreferences: " + strings.Join(refs, "; ")
+	if len(in.refs) > 0 {
+		final += "\nreferences: " + strings.Join(in.refs, "; ")
 	}
 	a.emit(agents.TurnEvent{Type: agents.EventFinal, Text: final})
 	a.logf("final %s", a.turn.RequestID)
-	if linger > 0 {
-		time.Sleep(linger)
+	if s.linger > 0 {
+		time.Sleep(s.linger)
 	}
 	return 0
+}
+
+// act runs one directive: it reports whether the verb is known and, if the
+// turn ends here, that it does and with which exit code.
+func (a *agent) act(s *script, verb, arg string) (known, end bool, code int) {
+	if known, end, code = a.actCall(s, verb, arg); known {
+		return known, end, code
+	}
+	if known, end, code = a.actEnd(verb, arg); known {
+		return known, end, code
+	}
+	return a.actLocal(s, verb, arg), false, 0
+}
+
+// actLocal runs a directive that neither calls the bridge nor ends the turn,
+// and reports whether the verb is known.
+func (a *agent) actLocal(s *script, verb, arg string) bool {
+	switch verb {
+	case "echo":
+		s.final = arg
+	case "stream":
+		s.final = a.stream(arg)
+	case "say":
+		a.emit(agents.TurnEvent{Type: agents.EventMessage, Text: arg})
+		a.done = append(a.done, "said "+arg)
+	case "progress":
+		n, text, _ := strings.Cut(arg, " ")
+		p, _ := strconv.Atoi(n)
+		a.emit(agents.TurnEvent{Type: agents.EventProgress, Percent: p, Text: text})
+	case "tool":
+		a.tool(arg)
+	case "sleep":
+		d, _ := time.ParseDuration(arg)
+		select {
+		case <-time.After(d):
+		case <-a.cancel:
+		}
+	case "garbage":
+		fmt.Fprintln(a.raw, "this is not json")
+	case "big":
+		n, _ := strconv.Atoi(arg)
+		a.mu.Lock()
+		fmt.Fprintf(a.raw, "{\"type\":\"message\",\"text\":\"%s\"}\n", strings.Repeat("x", max(n-30, 0)))
+		a.mu.Unlock()
+	case "long":
+		n, _ := strconv.Atoi(arg)
+		s.final = strings.Repeat("x", max(n, 0))
+	case "linger":
+		s.linger, _ = time.ParseDuration(arg)
+	case "trap":
+		signal.Ignore(syscall.SIGINT, syscall.SIGTERM)
+		a.logf("trapping signals %s", a.turn.RequestID)
+	case "touch":
+		_ = os.WriteFile(arg, nil, 0o644)
+	case "await":
+		a.await(arg)
+	default:
+		return false
+	}
+	return true
+}
+
+// actEnd runs a directive that ends the turn (yield, fail, exit): it
+// reports whether the verb is one of them and the exit code.
+func (a *agent) actEnd(verb, arg string) (known, end bool, code int) {
+	switch verb {
+	case "yield":
+		a.emit(agents.TurnEvent{Type: agents.EventYield, Reason: arg})
+		a.logf("yield %s", a.turn.RequestID)
+		return true, true, 0
+	case "fail":
+		// stderr first: the bridge stops the agent as soon as it reads the error.
+		fmt.Fprintln(os.Stderr, "demo-agent: failing:", arg)
+		a.emit(agents.TurnEvent{Type: agents.EventError, Message: arg})
+		return true, true, 1
+	case "exit":
+		n, _ := strconv.Atoi(arg)
+		fmt.Fprintf(os.Stderr, "demo-agent: exiting with status %d\n", n)
+		return true, true, n
+	}
+	return false, false, 0
+}
+
+// actCall runs a directive that calls the bridge (approve, question, ask,
+// background): it reports whether the verb is one of them and, if the
+// turn ends here (a cancel, or an ask that yields), the exit code.
+func (a *agent) actCall(s *script, verb, arg string) (known, end bool, code int) {
+	var ok bool
+	switch verb {
+	case "approve":
+		ok = a.approve(arg)
+	case "question":
+		ok = a.question(s, arg)
+	case "ask":
+		var yielded bool
+		if yielded, ok = a.askAgent(arg); ok && yielded {
+			return true, true, 0
+		}
+	case "background":
+		ok = a.background(arg)
+	default:
+		return false, false, 0
+	}
+	if !ok {
+		return true, true, a.stop()
+	}
+	return true, false, 0
+}
+
+// tool runs "NAME DUR" as a tool: a start event, the work (a duration, or
+// until a file exists; a cancel does not cut it), then the end event.
+func (a *agent) tool(arg string) {
+	name, dur, _ := strings.Cut(arg, " ")
+	dur = strings.TrimSpace(dur)
+	a.logf("tool start %s %s", a.turn.RequestID, name)
+	a.emit(agents.TurnEvent{Type: agents.EventTool, Phase: agents.PhaseStart, Name: name})
+	if d, err := time.ParseDuration(dur); err == nil {
+		time.Sleep(d)
+	} else {
+		a.await(dur)
+	}
+	// Logged first: the tool's end is the bridge's safe point, where
+	// a drain may stop this process as soon as it hears of it.
+	a.logf("tool end %s %s", a.turn.RequestID, name)
+	a.emit(agents.TurnEvent{Type: agents.EventTool, Phase: agents.PhaseEnd, Name: name})
+	a.done = append(a.done, "ran "+name)
+}
+
+// approve asks permission for action and says the answer; false on a cancel.
+func (a *agent) approve(action string) bool {
+	r, ok := a.call(agents.TurnEvent{Type: agents.EventRequestApproval, Action: action})
+	if !ok {
+		return false
+	}
+	answer := r.Text
+	if answer == "" {
+		answer = "not approved: " + r.Error
+	}
+	a.emit(agents.TurnEvent{Type: agents.EventMessage, Text: "approval: " + answer})
+	a.done = append(a.done, "asked to "+action+": "+answer)
+	return true
+}
+
+// question asks a person text and says (and makes final) the answer; false
+// on a cancel.
+func (a *agent) question(s *script, text string) bool {
+	r, ok := a.call(agents.TurnEvent{Type: agents.EventAskUser, Text: text})
+	if !ok {
+		return false
+	}
+	s.final = "answer: " + firstNonEmpty(r.Text, "no answer: "+r.Error)
+	a.emit(agents.TurnEvent{Type: agents.EventMessage, Text: s.final})
+	a.done = append(a.done, "asked "+text+": "+s.final)
+	return true
+}
+
+// askAgent asks "AGENT TEXT" of another agent and, on success, yields
+// waiting on it (yielded); ok is false on a cancel.
+func (a *agent) askAgent(arg string) (yielded, ok bool) {
+	who, text, _ := strings.Cut(arg, " ")
+	text = strings.ReplaceAll(text, "|", ";")
+	r, ok := a.call(agents.TurnEvent{Type: agents.EventAskAgent, Agent: who, Text: text})
+	if !ok {
+		return false, false
+	}
+	if r.OK {
+		a.emit(agents.TurnEvent{Type: agents.EventYield, Reason: "waiting on " + r.RequestID})
+		a.logf("yield %s", a.turn.RequestID)
+		return true, true
+	}
+	a.emit(agents.TurnEvent{Type: agents.EventMessage, Text: "ask_agent failed: " + r.Error})
+	return false, true
+}
+
+// background starts "NAME CMD..." as a background command and says how
+// that went; false on a cancel.
+func (a *agent) background(arg string) bool {
+	name, cmd, _ := strings.Cut(arg, " ")
+	r, ok := a.call(agents.TurnEvent{Type: agents.EventBackgroundRun, Name: name, Command: strings.Fields(cmd)})
+	if !ok {
+		return false
+	}
+	if r.OK {
+		a.emit(agents.TurnEvent{Type: agents.EventMessage, Text: "started task " + r.TaskID})
+	} else {
+		a.emit(agents.TurnEvent{Type: agents.EventMessage, Text: "background_run failed: " + r.Error})
+	}
+	return true
 }
 
 // stream writes "DUR TEXT"'s TEXT as delta events, a word (and the space

@@ -208,8 +208,10 @@ type claudeDecoder struct {
 	cost requests.Usage // from the result event
 }
 
+// usage is what the turn cost, from the result line.
 func (d *claudeDecoder) usage() requests.Usage { return d.cost }
 
+// decode maps one stream-json line to protocol events.
 func (d *claudeDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 	if line[0] != '{' {
 		return nil, nil // not JSON (the SDK skips such lines too)
@@ -235,39 +237,9 @@ func (d *claudeDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 			}
 		}
 	case "system":
-		if l.Subtype == "api_retry" {
-			return append(evs, d.claudeRetry(&l)), nil
-		}
-		if l.Subtype == "init" {
-			d.started, d.keySource = true, l.APIKeySource
-			for _, s := range l.MCPServers {
-				if s.Status != "connected" {
-					evs = append(evs, agents.TurnEvent{Type: agents.EventMessage, Text: fmt.Sprintf("(MCP server %s is %s)", s.Name, s.Status)})
-				}
-			}
-		}
+		evs = append(evs, d.system(&l)...)
 	case "assistant":
-		for _, b := range blocks(l.Message) {
-			switch b.Type {
-			case "text":
-				if strings.TrimSpace(b.Text) != "" {
-					d.lastText = b.Text
-					if d.live {
-						d.said += b.Text
-					}
-				}
-			case "tool_use":
-				if d.said != "" {
-					evs = append(evs, agents.TurnEvent{Type: agents.EventMessage, Text: d.said})
-					d.said = ""
-				}
-				if d.tools == nil {
-					d.tools = map[string]string{}
-				}
-				d.tools[b.ID] = b.Name
-				evs = append(evs, agents.TurnEvent{Type: agents.EventTool, Phase: agents.PhaseStart, Name: b.Name})
-			}
-		}
+		evs = append(evs, d.assistant(&l)...)
 	case "user":
 		for _, b := range blocks(l.Message) {
 			if name, ok := d.tools[b.ToolUseID]; ok && b.Type == "tool_result" {
@@ -276,37 +248,91 @@ func (d *claudeDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 			}
 		}
 	case "result":
-		if u := l.Usage; u != nil {
-			d.cost = requests.Usage{InputTokens: u.Input, OutputTokens: u.Output, CacheReadTokens: u.CacheRead,
-				CacheWriteTokens: u.CacheWrite, CostUSD: l.CostUSD}
+		res, err := d.result(&l)
+		if err != nil {
+			return nil, err
 		}
-		if len(l.Denials) > 0 {
-			var names []string
-			for _, dn := range l.Denials {
-				names = append(names, dn.ToolName)
-			}
-			evs = append(evs, agents.TurnEvent{Type: agents.EventMessage, Text: "Claude Code was not permitted to use: " + strings.Join(names, ", ")})
-		}
-		text := ""
-		if l.Result != nil {
-			text = *l.Result
-		}
-		if l.IsError || strings.HasPrefix(l.Subtype, "error") {
-			msg := cmp.Or(strings.Join(l.Errors, "; "), text, l.Subtype, noReason)
-			if err := d.claudeLost(&l, msg); err != nil {
-				return nil, err
-			}
-			if l.APIErrorStatus != nil && authStatus(*l.APIErrorStatus) {
-				return append(evs, authFailure("claude", d.agent, fmt.Sprintf("%s (%d)", msg, *l.APIErrorStatus), claudeCreds(d.keySource, d.home))), nil
-			}
-			return append(evs, agents.TurnEvent{Type: agents.EventError, Message: "claude: " + msg}), nil
-		}
-		if text == "" {
-			text = d.lastText
-		}
-		evs = append(evs, agents.TurnEvent{Type: agents.EventFinal, Text: text})
+		evs = append(evs, res...)
 	}
 	return evs, nil
+}
+
+// system reads a system line: an API retry, or the init (which says which
+// MCP servers did not connect).
+func (d *claudeDecoder) system(l *claudeLine) []agents.TurnEvent {
+	if l.Subtype == "api_retry" {
+		return []agents.TurnEvent{d.claudeRetry(l)}
+	}
+	var evs []agents.TurnEvent
+	if l.Subtype == "init" {
+		d.started, d.keySource = true, l.APIKeySource
+		for _, s := range l.MCPServers {
+			if s.Status != "connected" {
+				evs = append(evs, agents.TurnEvent{Type: agents.EventMessage, Text: fmt.Sprintf("(MCP server %s is %s)", s.Name, s.Status)})
+			}
+		}
+	}
+	return evs
+}
+
+// assistant reads an assistant message: its text is kept (and, live, said
+// when a tool starts); each tool_use starts a tool.
+func (d *claudeDecoder) assistant(l *claudeLine) []agents.TurnEvent {
+	var evs []agents.TurnEvent
+	for _, b := range blocks(l.Message) {
+		switch b.Type {
+		case "text":
+			if strings.TrimSpace(b.Text) != "" {
+				d.lastText = b.Text
+				if d.live {
+					d.said += b.Text
+				}
+			}
+		case "tool_use":
+			evs = sayPending(evs, &d.said)
+			if d.tools == nil {
+				d.tools = map[string]string{}
+			}
+			d.tools[b.ID] = b.Name
+			evs = append(evs, agents.TurnEvent{Type: agents.EventTool, Phase: agents.PhaseStart, Name: b.Name})
+		}
+	}
+	return evs
+}
+
+// result reads the result line: its usage, the tools Claude Code was denied,
+// and the final answer or the error (a lost session is returned as an error).
+func (d *claudeDecoder) result(l *claudeLine) ([]agents.TurnEvent, error) {
+	var evs []agents.TurnEvent
+	if u := l.Usage; u != nil {
+		d.cost = requests.Usage{InputTokens: u.Input, OutputTokens: u.Output, CacheReadTokens: u.CacheRead,
+			CacheWriteTokens: u.CacheWrite, CostUSD: l.CostUSD}
+	}
+	if len(l.Denials) > 0 {
+		var names []string
+		for _, dn := range l.Denials {
+			names = append(names, dn.ToolName)
+		}
+		evs = append(evs, agents.TurnEvent{Type: agents.EventMessage, Text: "Claude Code was not permitted to use: " + strings.Join(names, ", ")})
+	}
+	text := ""
+	if l.Result != nil {
+		text = *l.Result
+	}
+	if l.IsError || strings.HasPrefix(l.Subtype, "error") {
+		msg := cmp.Or(strings.Join(l.Errors, "; "), text, l.Subtype, noReason)
+		if err := d.claudeLost(l, msg); err != nil {
+			return nil, err
+		}
+		if l.APIErrorStatus != nil && authStatus(*l.APIErrorStatus) {
+			return append(evs, authFailure("claude", d.agent, fmt.Sprintf("%s (%d)", msg, *l.APIErrorStatus), claudeCreds(d.keySource, d.home))), nil
+		}
+		return append(evs, agents.TurnEvent{Type: agents.EventError, Message: "claude: " + msg}), nil
+	}
+	if text == "" {
+		text = d.lastText
+	}
+	return append(evs, agents.TurnEvent{Type: agents.EventFinal, Text: text}), nil
 }
 
 // blocks returns a message's content blocks (content may be a plain string).
@@ -319,12 +345,8 @@ func blocks(m *claudeMessage) []claudeBlock {
 	return bs
 }
 
-func (d *claudeDecoder) partial() string {
-	if d.lastText == "" {
-		return ""
-	}
-	return "last said: " + d.lastText
-}
+// partial is what the agent said last, for an incomplete result.
+func (d *claudeDecoder) partial() string { return lastSaid(d.lastText) }
 
 // splitCommand splits a configured CLI command into the binary (def when the
 // command is empty) and the extra flags that follow it.

@@ -125,8 +125,10 @@ type codexDecoder struct {
 	cost requests.Usage // from turn.completed
 }
 
+// usage is what the turn cost, from turn.completed.
 func (d *codexDecoder) usage() requests.Usage { return d.cost }
 
+// decode maps one codex exec --json line to protocol events.
 func (d *codexDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 	if line[0] != '{' {
 		return nil, nil
@@ -143,58 +145,9 @@ func (d *codexDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 			return []agents.TurnEvent{{Type: agents.EventSession, ID: l.ThreadID}}, nil
 		}
 	case "item.started", "item.updated":
-		it := l.Item
-		if it == nil {
-			return nil, nil
-		}
-		if it.Type == "todo_list" && len(it.Items) > 0 {
-			done := 0
-			for _, x := range it.Items {
-				if x.Completed {
-					done++
-				}
-			}
-			return []agents.TurnEvent{{Type: agents.EventProgress, Percent: done * 100 / len(it.Items), Text: "plan"}}, nil
-		}
-		if name := codexToolName(it); name != "" && l.Type == "item.started" {
-			if d.open == nil {
-				d.open = map[string]string{}
-			}
-			if _, dup := d.open[it.ID]; !dup {
-				d.open[it.ID] = name
-				var evs []agents.TurnEvent
-				if d.said != "" {
-					evs = append(evs, agents.TurnEvent{Type: agents.EventMessage, Text: d.said})
-					d.said = ""
-				}
-				return append(evs, agents.TurnEvent{Type: agents.EventTool, Phase: agents.PhaseStart, Name: name}), nil
-			}
-		}
+		return d.itemStarted(&l), nil
 	case "item.completed":
-		it := l.Item
-		if it == nil {
-			return nil, nil
-		}
-		if it.Type == "agent_message" && it.Text != "" {
-			d.lastText = it.Text
-			if d.live {
-				d.said = it.Text
-			}
-		}
-		if it.Type == "reasoning" && it.Text != "" && d.live {
-			// Shown live as the agent's thinking, never stored.
-			return []agents.TurnEvent{{Type: agents.EventThinking, Text: it.Text}}, nil
-		}
-		if name, ok := d.open[it.ID]; ok {
-			delete(d.open, it.ID)
-			end := agents.TurnEvent{Type: agents.EventTool, Phase: agents.PhaseEnd, Name: name}
-			if it.Type == "mcp_tool_call" && (it.Status == "failed" || it.Error != nil) {
-				// Shown, not passed as an ordinary end of a tool.
-				msg := mcpFailure(it)
-				return []agents.TurnEvent{{Type: agents.EventMessage, Text: fmt.Sprintf("(%s failed: %s)", name, clip.Line(msg, 300, clip.Bytes))}, end}, nil
-			}
-			return []agents.TurnEvent{end}, nil
-		}
+		return d.itemCompleted(&l), nil
 	case "error":
 		// Not always fatal (reconnect notices); turn.failed decides.
 		d.lastError = l.Message
@@ -206,20 +159,86 @@ func (d *codexDecoder) decode(line []byte) ([]agents.TurnEvent, error) {
 		}
 		return []agents.TurnEvent{{Type: agents.EventFinal, Text: d.lastText}}, nil
 	case "turn.failed":
-		msg := ""
-		if l.Error != nil {
-			msg = l.Error.Message
-		}
-		msg = cmp.Or(msg, d.lastError)
-		if msg == "" {
-			return []agents.TurnEvent{{Type: agents.EventError, Message: "codex: turn failed"}}, nil
-		}
-		if text, api, _ := codexReason(msg); api {
-			msg = "model API: " + text
-		}
-		return []agents.TurnEvent{{Type: agents.EventError, Message: "codex: " + msg}}, nil
+		return d.turnFailed(&l), nil
 	}
 	return nil, nil
+}
+
+// itemStarted reads an item.started or item.updated line: a plan's progress,
+// or the start of a tool (after what the agent said before it).
+func (d *codexDecoder) itemStarted(l *codexLine) []agents.TurnEvent {
+	it := l.Item
+	if it == nil {
+		return nil
+	}
+	if it.Type == "todo_list" && len(it.Items) > 0 {
+		done := 0
+		for _, x := range it.Items {
+			if x.Completed {
+				done++
+			}
+		}
+		return []agents.TurnEvent{{Type: agents.EventProgress, Percent: done * 100 / len(it.Items), Text: "plan"}}
+	}
+	if name := codexToolName(it); name != "" && l.Type == "item.started" {
+		if d.open == nil {
+			d.open = map[string]string{}
+		}
+		if _, dup := d.open[it.ID]; !dup {
+			d.open[it.ID] = name
+			evs := sayPending(nil, &d.said)
+			return append(evs, agents.TurnEvent{Type: agents.EventTool, Phase: agents.PhaseStart, Name: name})
+		}
+	}
+	return nil
+}
+
+// itemCompleted reads an item.completed line: the agent's message (kept),
+// its reasoning (shown live), or the end of a tool (a failed MCP call is
+// shown).
+func (d *codexDecoder) itemCompleted(l *codexLine) []agents.TurnEvent {
+	it := l.Item
+	if it == nil {
+		return nil
+	}
+	if it.Type == "agent_message" && it.Text != "" {
+		d.lastText = it.Text
+		if d.live {
+			d.said = it.Text
+		}
+	}
+	if it.Type == "reasoning" && it.Text != "" && d.live {
+		// Shown live as the agent's thinking, never stored.
+		return []agents.TurnEvent{{Type: agents.EventThinking, Text: it.Text}}
+	}
+	if name, ok := d.open[it.ID]; ok {
+		delete(d.open, it.ID)
+		end := agents.TurnEvent{Type: agents.EventTool, Phase: agents.PhaseEnd, Name: name}
+		if it.Type == "mcp_tool_call" && (it.Status == "failed" || it.Error != nil) {
+			// Shown, not passed as an ordinary end of a tool.
+			msg := mcpFailure(it)
+			return []agents.TurnEvent{{Type: agents.EventMessage, Text: fmt.Sprintf("(%s failed: %s)", name, clip.Line(msg, 300, clip.Bytes))}, end}
+		}
+		return []agents.TurnEvent{end}
+	}
+	return nil
+}
+
+// turnFailed reads a turn.failed line: the turn's error, with the reason it
+// or an earlier error line gave.
+func (d *codexDecoder) turnFailed(l *codexLine) []agents.TurnEvent {
+	msg := ""
+	if l.Error != nil {
+		msg = l.Error.Message
+	}
+	msg = cmp.Or(msg, d.lastError)
+	if msg == "" {
+		return []agents.TurnEvent{{Type: agents.EventError, Message: "codex: turn failed"}}
+	}
+	if text, api, _ := codexReason(msg); api {
+		msg = "model API: " + text
+	}
+	return []agents.TurnEvent{{Type: agents.EventError, Message: "codex: " + msg}}
 }
 
 // codexToolName names a tool item as the status line shows it; "" for items
@@ -240,9 +259,5 @@ func codexToolName(it *codexItem) string {
 	return it.Type
 }
 
-func (d *codexDecoder) partial() string {
-	if d.lastText == "" {
-		return ""
-	}
-	return "last said: " + d.lastText
-}
+// partial is what the agent said last, for an incomplete result.
+func (d *codexDecoder) partial() string { return lastSaid(d.lastText) }

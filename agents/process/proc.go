@@ -161,6 +161,8 @@ type driver struct {
 	results chan agents.Response
 }
 
+// loop serves the turn until stdout has ended and the process has exited,
+// then judges its outcome.
 func (d *driver) loop(ctx context.Context, t agents.Turn, out *os.File) (agents.Outcome, error) {
 	items := make(chan item)
 	go d.read(out, items)
@@ -176,11 +178,29 @@ func (d *driver) loop(ctx context.Context, t agents.Turn, out *os.File) (agents.
 		defer tm.Stop()
 		timeoutC = tm.C
 	}
+	waitErr := d.serve(ctx, t, items, exited, timeoutC)
+	d.stopTimer()
+	if d.in != nil {
+		d.in.close()
+	}
+	stopCalls()
+	d.calls.Wait()
+	res, err := d.outcome(ctx, waitErr)
+	res.Usage = d.usage.Add(d.p.dec.usage())
+	if !res.Usage.IsZero() {
+		res.Usage.Turns = 1
+	}
+	return res, err
+}
+
+// serve acts on what happens to the turn (events, the exit, a cancel, a
+// drain, call responses, the stop timer, the timeout, ctx's end) until
+// stdout has ended and the process has exited; it returns how it exited.
+func (d *driver) serve(ctx context.Context, t agents.Turn, items <-chan item, exitedC <-chan error, timeoutC <-chan time.Time) error {
 	cancelC := t.Cancel
 	drainC := t.Drain
 	ctxDone := ctx.Done()
 	var waitErr error
-	exitedC := (<-chan error)(exited)
 	eof := false
 	for !eof || exitedC != nil {
 		select {
@@ -207,49 +227,56 @@ func (d *driver) loop(ctx context.Context, t agents.Turn, out *os.File) (agents.
 			drainC = nil
 			d.drain()
 		case r := <-d.results:
-			// A cancel that is known goes first: the agent must not read an
-			// answer (say, an approval withdrawn by that cancel) as leave
-			// to go on.
-			select {
-			case <-cancelC:
-				cancelC = nil
-				d.cancel()
-			default:
-			}
-			if !d.ended && d.failure == nil && d.in != nil {
-				d.in.send(r)
-			}
+			cancelC = d.respond(r, cancelC)
 		case <-d.timerC:
-			d.timer, d.timerC = nil, nil
-			if d.stage < len(stopSignals) {
-				d.escalate()
-			} else {
-				d.abandoned = true
-				_ = d.stdout.Close()
-			}
+			d.timerFired()
 		case <-timeoutC:
 			timeoutC = nil
-			if !d.ended && d.failure == nil {
-				d.failure = fmt.Errorf("turn timed out after %s", d.p.timeout)
-			}
-			d.escalate()
+			d.timedOut()
 		case <-ctxDone:
 			ctxDone = nil
 			d.escalate()
 		}
 	}
-	d.stopTimer()
-	if d.in != nil {
-		d.in.close()
+	return waitErr
+}
+
+// respond passes a call's response to the agent, unless the turn has ended
+// or failed. A cancel that is known goes first: the agent must not read an
+// answer (say, an approval withdrawn by that cancel) as leave to go on. It
+// returns cancelC, nil once that cancel is taken.
+func (d *driver) respond(r agents.Response, cancelC <-chan struct{}) <-chan struct{} {
+	select {
+	case <-cancelC:
+		cancelC = nil
+		d.cancel()
+	default:
 	}
-	stopCalls()
-	d.calls.Wait()
-	res, err := d.outcome(ctx, waitErr)
-	res.Usage = d.usage.Add(d.p.dec.usage())
-	if !res.Usage.IsZero() {
-		res.Usage.Turns = 1
+	if !d.ended && d.failure == nil && d.in != nil {
+		d.in.send(r)
 	}
-	return res, err
+	return cancelC
+}
+
+// timerFired sends the next stop signal or, when all were sent, abandons
+// stdout.
+func (d *driver) timerFired() {
+	d.timer, d.timerC = nil, nil
+	if d.stage < len(stopSignals) {
+		d.escalate()
+	} else {
+		d.abandoned = true
+		_ = d.stdout.Close()
+	}
+}
+
+// timedOut fails the turn (unless it already ended) as over its timeout
+// and starts stopping the agent.
+func (d *driver) timedOut() {
+	if !d.ended && d.failure == nil {
+		d.failure = fmt.Errorf("turn timed out after %s", d.p.timeout)
+	}
+	d.escalate()
 }
 
 // outcome judges how the turn ended, once the process is gone.
@@ -311,56 +338,39 @@ func (d *driver) handle(ctx context.Context, ev agents.TurnEvent) {
 	if d.ended || d.failure != nil {
 		return
 	}
-	var err error
+	if err := d.dispatch(ctx, ev); err != nil {
+		d.fail(err)
+		return
+	}
+	if d.ended {
+		// The answer is in; the agent gets one grace period to exit.
+		if d.in != nil {
+			d.in.close()
+		}
+		d.arm()
+	}
+}
+
+// dispatch acts on one event by its type; an error fails the turn.
+func (d *driver) dispatch(ctx context.Context, ev agents.TurnEvent) error {
 	switch ev.Type {
 	case agents.EventSession:
 		if ev.ID == "" {
-			err = fmt.Errorf("%w: a session event without an id", agents.ErrProtocol)
-			break
+			return fmt.Errorf("%w: a session event without an id", agents.ErrProtocol)
 		}
-		err = d.sink.Session(ctx, ev.ID)
+		return d.sink.Session(ctx, ev.ID)
 	case agents.EventTool:
-		switch ev.Phase {
-		case agents.PhaseStart:
-			if d.cancelling && d.stage == 0 {
-				if time.Since(d.cancelAt) > d.p.grace {
-					// A new tool long after the cancel: interrupt it.
-					d.escalate()
-				} else {
-					// Started before the agent read the cancel: the end
-					// of this tool is the safe point.
-					d.stopTimer()
-				}
-			}
-			d.inTool++
-		case agents.PhaseEnd:
-			if d.inTool > 0 {
-				d.inTool--
-			}
-			d.ran = append(d.ran, ev.Name)
-		default:
-			err = fmt.Errorf("%w: tool phase %q (want start or end)", agents.ErrProtocol, ev.Phase)
-		}
-		if err == nil {
-			err = d.sink.Tool(ctx, ev.Phase, ev.Name)
-		}
-		if err == nil && ev.Phase == agents.PhaseEnd && d.cancelling && d.inTool == 0 {
-			d.safePoint()
-		}
-		if err == nil && ev.Phase == agents.PhaseEnd && d.draining && d.inTool == 0 && d.stage == 0 {
-			d.escalate() // the safe point a shutdown waited for
-		}
+		return d.tool(ctx, ev)
 	case agents.EventProgress:
-		err = d.sink.Progress(ctx, ev.Percent, ev.Text)
+		return d.sink.Progress(ctx, ev.Percent, ev.Text)
 	case agents.EventMessage:
-		err = d.sink.Message(ctx, ev.Text)
+		return d.sink.Message(ctx, ev.Text)
 	case evStatus:
 		// Made by the CLI decoders only; no part of the exec protocol.
 		if d.in != nil {
-			err = fmt.Errorf("%w: unknown event type %q", agents.ErrProtocol, ev.Type)
-			break
+			return fmt.Errorf("%w: unknown event type %q", agents.ErrProtocol, ev.Type)
 		}
-		err = d.status(ctx, ev.Text)
+		return d.status(ctx, ev.Text)
 	case agents.EventUsage:
 		if ev.Usage != nil {
 			d.usage = d.usage.Add(*ev.Usage)
@@ -373,7 +383,21 @@ func (d *driver) handle(ctx context.Context, ev agents.TurnEvent) {
 			ls.Thinking(ctx, ev.Text)
 		}
 	case agents.EventAskAgent, agents.EventBackgroundRun, agents.EventRequestApproval, agents.EventTaskStatus, agents.EventAskUser:
-		err = d.call(ev)
+		return d.call(ev)
+	case agents.EventFinal, agents.EventYield, agents.EventStopped:
+		d.end(ev)
+	case agents.EventError:
+		return fmt.Errorf("agent reported: %s", cmp.Or(ev.Message, ev.Reason, ev.Text, noReason))
+	default:
+		return fmt.Errorf("%w: unknown event type %q", agents.ErrProtocol, ev.Type)
+	}
+	return nil
+}
+
+// end records the turn's end: a final answer, a yield or a stop (whose
+// answer, if none, is what the agent said so far).
+func (d *driver) end(ev agents.TurnEvent) {
+	switch ev.Type {
 	case agents.EventFinal:
 		d.out.Final, d.ended = ev.Text, true
 	case agents.EventYield:
@@ -383,22 +407,44 @@ func (d *driver) handle(ctx context.Context, ev agents.TurnEvent) {
 		if d.out.Final == "" {
 			d.out.Final = d.partial()
 		}
-	case agents.EventError:
-		err = fmt.Errorf("agent reported: %s", cmp.Or(ev.Message, ev.Reason, ev.Text, noReason))
-	default:
-		err = fmt.Errorf("%w: unknown event type %q", agents.ErrProtocol, ev.Type)
 	}
-	if err != nil {
-		d.fail(err)
-		return
-	}
-	if d.ended {
-		// The answer is in; the agent gets one grace period to exit.
-		if d.in != nil {
-			d.in.close()
+}
+
+// tool acts on a tool's start or end: it counts the tools running, tells
+// the sink, and stops the agent at the safe point a cancel or a drain
+// waits for (a new tool long after a cancel is interrupted).
+func (d *driver) tool(ctx context.Context, ev agents.TurnEvent) error {
+	switch ev.Phase {
+	case agents.PhaseStart:
+		if d.cancelling && d.stage == 0 {
+			if time.Since(d.cancelAt) > d.p.grace {
+				// A new tool long after the cancel: interrupt it.
+				d.escalate()
+			} else {
+				// Started before the agent read the cancel: the end
+				// of this tool is the safe point.
+				d.stopTimer()
+			}
 		}
-		d.arm()
+		d.inTool++
+	case agents.PhaseEnd:
+		if d.inTool > 0 {
+			d.inTool--
+		}
+		d.ran = append(d.ran, ev.Name)
+	default:
+		return fmt.Errorf("%w: tool phase %q (want start or end)", agents.ErrProtocol, ev.Phase)
 	}
+	if err := d.sink.Tool(ctx, ev.Phase, ev.Name); err != nil {
+		return err
+	}
+	if ev.Phase == agents.PhaseEnd && d.cancelling && d.inTool == 0 {
+		d.safePoint()
+	}
+	if ev.Phase == agents.PhaseEnd && d.draining && d.inTool == 0 && d.stage == 0 {
+		d.escalate() // the safe point a shutdown waited for
+	}
+	return nil
 }
 
 // call runs an agent's call in its own goroutine (an approval may wait for

@@ -35,6 +35,28 @@ func dumpAll(t *testing.T, s store.Store) map[string]string {
 // refused with nothing written.
 func testBackupRestore(t *testing.T, open Opener) {
 	src := mustOpen(t, open(t))
+	fillBackupSource(t, src)
+	want := dumpAll(t, src)
+	full := backupOf(t, src)
+	update(t, src, func(tx store.Tx) error { return tx.Put("bucket0", "after", []byte("x")) })
+
+	var dst store.Store
+	t.Run("target", func(t *testing.T) { dst = open(t)() })
+	defer dst.Close()
+	checkDamagedRefused(t, dst, full)
+	restoreFinished(t, dst, full)
+	checkRestored(t, dst, want)
+	// Not into a store that holds data.
+	_, err := store.Restore(context.Background(), dst, bytes.NewReader(full), store.RestoreOptions{})
+	if err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Errorf("Restore into a store with data: %v, want a not-empty refusal", err)
+	}
+}
+
+// fillBackupSource writes format 7, an empty value and 600 keys over three
+// buckets into src.
+func fillBackupSource(t *testing.T, src store.Store) {
+	t.Helper()
 	update(t, src, func(tx store.Tx) error {
 		if err := store.WriteFormat(tx, 7); err != nil {
 			return err
@@ -51,7 +73,12 @@ func testBackupRestore(t *testing.T, open Opener) {
 			return nil
 		})
 	}
-	want := dumpAll(t, src)
+}
+
+// backupOf backs src up, checks the backup's info against what
+// fillBackupSource wrote, and returns the backup.
+func backupOf(t *testing.T, src store.Store) []byte {
+	t.Helper()
 	var buf bytes.Buffer
 	info, err := store.Backup(context.Background(), src, time.Unix(1e9, 0), &buf)
 	if err != nil {
@@ -60,13 +87,13 @@ func testBackupRestore(t *testing.T, open Opener) {
 	if info.Format != 7 || info.Records != 602 || info.Buckets["bucket1"] != 200 {
 		t.Errorf("Backup: %+v, want format 7, 602 records, 200 in bucket1", info)
 	}
-	update(t, src, func(tx store.Tx) error { return tx.Put("bucket0", "after", []byte("x")) })
+	return buf.Bytes()
+}
 
-	var dst store.Store
-	t.Run("target", func(t *testing.T) { dst = open(t)() })
-	defer dst.Close()
-	// Damaged backups write nothing.
-	full := buf.Bytes()
+// checkDamagedRefused: damaged versions of the backup full are refused and
+// write nothing into dst.
+func checkDamagedRefused(t *testing.T, dst store.Store, full []byte) {
+	t.Helper()
 	for name, bad := range map[string][]byte{
 		"truncated": full[:len(full)/2],
 		"altered":   bytes.Replace(full, []byte(`"k0005"`), []byte(`"k0006"`), 1),
@@ -79,6 +106,13 @@ func testBackupRestore(t *testing.T, open Opener) {
 			t.Fatalf("Restore of a %s backup wrote %d keys", name, len(got))
 		}
 	}
+}
+
+// restoreFinished restores full into dst in batches of 100 keys and checks
+// that the progress reached 601 and that Finish ran last, in the last
+// transaction (its write is removed again).
+func restoreFinished(t *testing.T, dst store.Store, full []byte) {
+	t.Helper()
 	var progress int
 	if _, err := store.Restore(context.Background(), dst, bytes.NewReader(full), store.RestoreOptions{BatchKeys: 100,
 		Progress: func(done, total int) { progress = done },
@@ -103,6 +137,11 @@ func testBackupRestore(t *testing.T, open Opener) {
 	if progress != 601 { // the format key is written with the last batch, not counted
 		t.Errorf("Restore's progress ended at %d, want 601", progress)
 	}
+}
+
+// checkRestored: dst holds exactly the keys and values of want, and format 7.
+func checkRestored(t *testing.T, dst store.Store, want map[string]string) {
+	t.Helper()
 	got := dumpAll(t, dst)
 	if len(got) != len(want) {
 		t.Errorf("restored %d keys, want %d", len(got), len(want))
@@ -119,11 +158,6 @@ func testBackupRestore(t *testing.T, open Opener) {
 		}
 		return nil
 	})
-	// Not into a store that holds data.
-	_, err = store.Restore(context.Background(), dst, bytes.NewReader(full), store.RestoreOptions{})
-	if err == nil || !strings.Contains(err.Error(), "not empty") {
-		t.Errorf("Restore into a store with data: %v, want a not-empty refusal", err)
-	}
 }
 
 // testUnfinishedRestore: a store a restore did not finish is refused by

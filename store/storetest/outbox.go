@@ -180,27 +180,68 @@ func testOutbox(t *testing.T, open func() store.Store) {
 // older effects and yield to newer ones.
 func testOutboxExpand(t *testing.T, open func() store.Store) {
 	s := mustOpen(t, open)
-	add := func(e store.Effect) uint64 {
-		update(t, s, func(tx store.Tx) error { return store.Enqueue(tx, &e) })
-		return e.Seq
-	}
-	payloads := func() string {
-		var got []string
-		view(t, s, func(tx store.Tx) error {
-			pending, err := store.PendingEffects(tx, 0)
-			for _, e := range pending {
-				got = append(got, e.Queue+":"+string(e.Payload))
-			}
-			return err
-		})
-		return strings.Join(got, " ")
-	}
-	add(store.Effect{Queue: "R1", Coalesce: "card", Payload: []byte(`"card1"`)})
 	created := time.Date(2026, 12, 1, 17, 0, 0, 0, time.UTC)
-	seq := add(store.Effect{Queue: "R1", Payload: []byte(`"three"`), Span: 4, Created: created})
-	add(store.Effect{Queue: "R2", Payload: []byte(`"other"`)})
-	add(store.Effect{Queue: "R1", Coalesce: "parent", Payload: []byte(`"parent2"`)})
-	next := add(store.Effect{Queue: "R1", Payload: []byte(`"after"`)})
+	e := enqueueAroundSpan(t, s, created)
+	seq := e.Seq
+	parts := []store.Effect{
+		{Queue: "R1", Coalesce: "card", Payload: []byte(`"card2"`)},     // drops card1
+		{Queue: "R1", Payload: []byte(`"outcome"`)},                     //
+		{Queue: "R1", Coalesce: "parent", Payload: []byte(`"parent1"`)}, // parent2 came after: it wins
+	}
+	checkExpandRefused(t, s, seq, parts)
+	update(t, s, func(tx store.Tx) error {
+		return store.ExpandEffect(tx, store.Effect{Seq: e.Seq, Queue: "elsewhere"}, parts) // its own queue and time, as stored
+	})
+	want := `R1:"card2" R1:"outcome" R2:"other" R1:"parent2" R1:"after"`
+	if got := pendingPayloads(t, s); got != want {
+		t.Fatalf("after the expansion, pending = %s\nwant %s", got, want)
+	}
+	view(t, s, func(tx store.Tx) error {
+		p, err := store.GetEffect(tx, seq+1)
+		if err != nil || string(p.Payload) != `"outcome"` || !p.Created.Equal(created) || p.Span != 0 {
+			t.Errorf("part 2 = %+v, %v: want it under seq+1, created when the effect was", p, err)
+		}
+		return nil
+	})
+	checkExpandedOnce(t, s, e, parts)
+	// The coalesce key now names card2: a newer card drops it.
+	enqueueEffect(t, s, store.Effect{Queue: "R1", Coalesce: "card", Payload: []byte(`"card3"`)})
+	if got := pendingPayloads(t, s); strings.Contains(got, "card2") || !strings.Contains(got, "card3") {
+		t.Fatalf("pending = %s: card3 should have replaced card2", got)
+	}
+}
+
+// enqueueEffect enqueues e in s and returns its sequence number.
+func enqueueEffect(t *testing.T, s store.Store, e store.Effect) uint64 {
+	t.Helper()
+	update(t, s, func(tx store.Tx) error { return store.Enqueue(tx, &e) })
+	return e.Seq
+}
+
+// pendingPayloads lists s's pending effects as "queue:payload", in order.
+func pendingPayloads(t *testing.T, s store.Store) string {
+	t.Helper()
+	var got []string
+	view(t, s, func(tx store.Tx) error {
+		pending, err := store.PendingEffects(tx, 0)
+		for _, e := range pending {
+			got = append(got, e.Queue+":"+string(e.Payload))
+		}
+		return err
+	})
+	return strings.Join(got, " ")
+}
+
+// enqueueAroundSpan enqueues an effect with a span of 4 (created at
+// created) between others on R1 and R2, checks that the span reserved its
+// sequence numbers and was stored, and returns the stored effect.
+func enqueueAroundSpan(t *testing.T, s store.Store, created time.Time) store.Effect {
+	t.Helper()
+	enqueueEffect(t, s, store.Effect{Queue: "R1", Coalesce: "card", Payload: []byte(`"card1"`)})
+	seq := enqueueEffect(t, s, store.Effect{Queue: "R1", Payload: []byte(`"three"`), Span: 4, Created: created})
+	enqueueEffect(t, s, store.Effect{Queue: "R2", Payload: []byte(`"other"`)})
+	enqueueEffect(t, s, store.Effect{Queue: "R1", Coalesce: "parent", Payload: []byte(`"parent2"`)})
+	next := enqueueEffect(t, s, store.Effect{Queue: "R1", Payload: []byte(`"after"`)})
 	if next != seq+4+2 {
 		t.Fatalf("seq after a span of 4 = %d, want %d (the span reserved)", next, seq+6)
 	}
@@ -213,11 +254,13 @@ func testOutboxExpand(t *testing.T, open func() store.Store) {
 	if e.Span != 4 || !e.Created.Equal(created) {
 		t.Fatalf("stored effect = %+v, want its span and creation time", e)
 	}
-	parts := []store.Effect{
-		{Queue: "R1", Coalesce: "card", Payload: []byte(`"card2"`)},     // drops card1
-		{Queue: "R1", Payload: []byte(`"outcome"`)},                     //
-		{Queue: "R1", Coalesce: "parent", Payload: []byte(`"parent1"`)}, // parent2 came after: it wins
-	}
+	return e
+}
+
+// checkExpandRefused: more parts than the stored span of seq, or a negative
+// span, are refused and leave the outbox as it was.
+func checkExpandRefused(t *testing.T, s store.Store, seq uint64, parts []store.Effect) {
+	t.Helper()
 	// The stored span bounds the parts, whatever the caller says it is.
 	if err := s.Update(context.Background(), func(tx store.Tx) error {
 		return store.ExpandEffect(tx, store.Effect{Seq: seq, Span: 9, Queue: "other"}, append(parts, parts...))
@@ -229,23 +272,15 @@ func testOutboxExpand(t *testing.T, open func() store.Store) {
 	}); err == nil {
 		t.Fatal("a negative span enqueued")
 	}
-	if got := payloads(); !strings.Contains(got, `R1:"three"`) {
+	if got := pendingPayloads(t, s); !strings.Contains(got, `R1:"three"`) {
 		t.Fatalf("a refused expansion changed the outbox: %s", got)
 	}
-	update(t, s, func(tx store.Tx) error {
-		return store.ExpandEffect(tx, store.Effect{Seq: e.Seq, Queue: "elsewhere"}, parts) // its own queue and time, as stored
-	})
-	want := `R1:"card2" R1:"outcome" R2:"other" R1:"parent2" R1:"after"`
-	if got := payloads(); got != want {
-		t.Fatalf("after the expansion, pending = %s\nwant %s", got, want)
-	}
-	view(t, s, func(tx store.Tx) error {
-		p, err := store.GetEffect(tx, seq+1)
-		if err != nil || string(p.Payload) != `"outcome"` || !p.Created.Equal(created) || p.Span != 0 {
-			t.Errorf("part 2 = %+v, %v: want it under seq+1, created when the effect was", p, err)
-		}
-		return nil
-	})
+}
+
+// checkExpandedOnce: e, expanded, cannot be expanded again, nor can an
+// effect delivered (acknowledged) before its expansion.
+func checkExpandedOnce(t *testing.T, s store.Store, e store.Effect, parts []store.Effect) {
+	t.Helper()
 	update(t, s, func(tx store.Tx) error {
 		if err := store.ExpandEffect(tx, e, parts); !errors.Is(err, store.ErrExpanded) {
 			t.Errorf("expanding it again = %v, want ErrExpanded", err)
@@ -253,7 +288,7 @@ func testOutboxExpand(t *testing.T, open func() store.Store) {
 		return nil
 	})
 	// An effect delivered (acknowledged) before its expansion is gone.
-	gone := add(store.Effect{Queue: "R3", Payload: []byte(`"gone"`), Span: 2})
+	gone := enqueueEffect(t, s, store.Effect{Queue: "R3", Payload: []byte(`"gone"`), Span: 2})
 	update(t, s, func(tx store.Tx) error { return store.AckEffect(tx, store.Effect{Seq: gone}) })
 	update(t, s, func(tx store.Tx) error {
 		if err := store.ExpandEffect(tx, store.Effect{Seq: gone, Span: 2, Queue: "R3"}, parts[:1]); !errors.Is(err, store.ErrExpanded) {
@@ -261,9 +296,4 @@ func testOutboxExpand(t *testing.T, open func() store.Store) {
 		}
 		return nil
 	})
-	// The coalesce key now names card2: a newer card drops it.
-	add(store.Effect{Queue: "R1", Coalesce: "card", Payload: []byte(`"card3"`)})
-	if got := payloads(); strings.Contains(got, "card2") || !strings.Contains(got, "card3") {
-		t.Fatalf("pending = %s: card3 should have replaced card2", got)
-	}
 }
