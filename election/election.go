@@ -181,6 +181,13 @@ func (l *Leadership) Run(ctx context.Context, lead func(context.Context) error) 
 			}
 			continue
 		}
+		if !l.allowed(ctx) {
+			// It waited in line while the leader moved on (a newer store
+			// format): it may no longer lead; the next in line goes.
+			l.release(sess, e)
+			sleep(ctx, eligibleEvery)
+			continue
+		}
 		if err := l.term(ctx, sess, e, lead); err != nil {
 			return err
 		}
@@ -337,9 +344,19 @@ func (l *Leadership) release(sess *concurrency.Session, e *concurrency.Election)
 	_, _ = l.o.Client.Revoke(ctx, sess.Lease())
 }
 
-// eligible asks Options.Eligible; when it refuses, it logs why (once per
-// reason), waits eligibleEvery and returns false.
+// eligible asks Options.Eligible (allowed); when it refuses, it waits
+// eligibleEvery and returns false.
 func (l *Leadership) eligible(ctx context.Context) bool {
+	if l.allowed(ctx) {
+		return true
+	}
+	sleep(ctx, eligibleEvery)
+	return false
+}
+
+// allowed asks Options.Eligible; when it refuses, it logs why (once per
+// reason) and returns false.
+func (l *Leadership) allowed(ctx context.Context) bool {
 	if l.o.Eligible == nil {
 		return true
 	}
@@ -361,7 +378,6 @@ func (l *Leadership) eligible(ctx context.Context) bool {
 	if changed && ctx.Err() == nil {
 		l.o.Log.Error("election: not campaigning: this instance may not lead", "reason", why)
 	}
-	sleep(ctx, eligibleEvery)
 	return false
 }
 
