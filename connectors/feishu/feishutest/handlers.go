@@ -83,7 +83,7 @@ func checkContent(w http.ResponseWriter, msgType, content string) bool {
 		apiError(w, http.StatusBadRequest, CodeInvalidParam, "invalid message content: not a JSON object")
 	case len(content) > limit:
 		apiError(w, http.StatusBadRequest, CodeContentTooLong, fmt.Sprintf("message content longer than %d bytes", limit))
-	case msgType == "interactive" && obj["type"] == nil:
+	case msgType == "interactive" && obj["schema"] != nil: // a 1.0 card (no schema) is held to its size only
 		if err := CheckCard([]byte(content)); err != nil {
 			apiError(w, http.StatusBadRequest, CodeInvalidParam, "invalid card: "+err.Error())
 			return false
