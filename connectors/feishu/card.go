@@ -8,7 +8,6 @@ import (
 	"sync"
 	"unicode/utf8"
 
-
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/internal/clip"
 )

@@ -122,4 +122,6 @@ func (c *Connector) FitsLive(text string) bool {
 var _ chat.LiveBound = (*Connector)(nil)
 
 // noticeContent is the content of a notice of text, clipped to maxText runes.
-func noticeContent(text string) (string, error) { return textContent(clip.Text(text, maxText, clip.Runes)) }
+func noticeContent(text string) (string, error) {
+	return textContent(clip.Text(text, maxText, clip.Runes))
+}
