@@ -34,6 +34,7 @@ type Streamer interface {
 // of its own, which the connector splits or attaches as a file, and the
 // live message is closed with a note that says so (threads.Live).
 type LiveBound interface {
+	Streamer
 	FitsLive(text string) bool
 }
 

@@ -12,6 +12,10 @@
 //     their shapes follow slack-go's types and Slack's documentation.
 //   - Error answers: the corpus records ratelimited (HTTP 429, Retry-After) and missing_scope; the other
 //     error codes the fake answers follow the documentation.
+//   - Block Kit limits (CheckBlocks, blocks.go): the documented ones; a message that breaks one is answered
+//     invalid_blocks, the code Slack documents for blocks it refuses.
+//   - files.getUploadURLExternal, the upload and files.completeUploadExternal (files.go): no recorded answer;
+//     the upload URL is on the fake's host, and which error code each failure gets is a guess (files.go).
 //   - Socket Mode: hello and disconnect frames and an events_api envelope are recorded; interactive envelopes
 //     and acks follow slack-go's socketmode types.
 package slacktest
