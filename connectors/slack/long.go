@@ -2,6 +2,7 @@ package slack
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 
@@ -40,6 +41,9 @@ func (p *parts) get(key string) (string, bool) {
 }
 
 func (p *parts) keep(key, ts string) {
+	if key == "" {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ts == nil {
@@ -129,7 +133,6 @@ func (c *Connector) postPlan(ctx context.Context, channel, thread string, m chat
 
 // postFile uploads p's file into channel (thread) with p's message as its comment.
 func (c *Connector) postFile(ctx context.Context, channel, thread string, m chat.Message, p longtext.Plan) (string, error) {
-	var ts string
 	err := c.posts.DoAhead(ctx, channel, func() error {
 		_, err := c.api.UploadFileContext(ctx, slackgo.UploadFileParameters{
 			Filename: p.File.Name, Title: p.File.Title, Content: p.File.Content, FileSize: len(p.File.Content),
@@ -141,13 +144,18 @@ func (c *Connector) postFile(ctx context.Context, channel, thread string, m chat
 	if err != nil {
 		return "", err
 	}
-	// completeUploadExternal does not name the message that shares the file: look for it.
+	// completeUploadExternal does not name the message that shares the file: look for it. Not
+	// found (yet), the post is in doubt: the outbox's retry looks for it again before it posts.
 	l := chat.Lookup{Key: m.IdempotencyKey, Channel: channel}
 	if thread != "" {
 		l.Thread = &chat.ThreadRef{Surface: chat.Slack, Channel: channel, ID: thread}
 	}
-	if ref, found, ferr := c.FindPosted(ctx, l); ferr == nil && found {
-		ts = ref.ID
+	ref, found, err := c.FindPosted(ctx, l)
+	switch {
+	case err != nil:
+		return "", err
+	case !found:
+		return "", fmt.Errorf("slack: files.completeUploadExternal: the message sharing %s is not in the channel yet", p.File.Name)
 	}
-	return ts, nil
+	return ref.ID, nil
 }
