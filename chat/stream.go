@@ -28,6 +28,16 @@ type Streamer interface {
 	StreamPace() time.Duration
 }
 
+// LiveBound is a Streamer whose live messages hold a bounded text (a
+// platform's message or card size): FitsLive reports whether text fits
+// one. A final answer that does not is posted by the outbox as a message
+// of its own, which the connector splits or attaches as a file, and the
+// live message is closed with a note that says so (threads.Live).
+type LiveBound interface {
+	Streamer
+	FitsLive(text string) bool
+}
+
 // StreamUpdate is what changed on a live message since the last update.
 type StreamUpdate struct {
 	// Delta is the text written since the last update; Text is the whole

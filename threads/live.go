@@ -213,7 +213,11 @@ func (l *Live) Finish(ctx context.Context, surface, request string, m chat.Messa
 	var in chat.MessageRef
 	for _, o := range refs {
 		text := Interrupted
-		if live.ID != "" && o.ref == live {
+		switch {
+		case live.ID == "" || o.ref != live:
+		case !fitsLive(conn, m.Text):
+			text = LongAnswer // found stays false: the answer is posted as a message of its own
+		default:
 			text, in, found = m.Text, o.ref, true
 		}
 		if err := rt.claim(ctx); err != nil {
@@ -310,4 +314,15 @@ func (l *Live) record(ctx context.Context, surface, request string, ref chat.Mes
 // pace is how often one live message of rt may be updated.
 func pace(rt route) time.Duration {
 	return max(rt.conn.(chat.Streamer).StreamPace(), 10*time.Millisecond)
+}
+
+// LongAnswer closes a live message whose final answer is too long for it
+// (chat.LiveBound): the answer follows as a message of its own, which the
+// connector splits or attaches as a file.
+const LongAnswer = "The answer is too long for this message: it follows below."
+
+// fitsLive reports whether text fits a live message of conn.
+func fitsLive(conn chat.Streamer, text string) bool {
+	lb, ok := conn.(chat.LiveBound)
+	return !ok || lb.FitsLive(text)
 }

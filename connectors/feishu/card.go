@@ -1,26 +1,49 @@
 package feishu
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
 	"unicode/utf8"
 
-	larkim "github.com/larksuite/oapi-sdk-go/v3/service/im/v1"
-
 	"github.com/roombridge/roombridge/chat"
 	"github.com/roombridge/roombridge/internal/clip"
 )
 
-// Size bounds, well under Feishu's 30 KB per card and 150 KB per text message
-// (a rune is at most 3 bytes in the scripts people write).
+// Size bounds of a card (Feishu: at most 30 KB of card JSON, 200 elements;
+// card JSON 2.0): the text and field values start at these and shrink until
+// the card's JSON fits cardBudget (cardContent).
 const (
 	maxCardText  = 4000  // runes of a card's text
 	maxFieldText = 500   // runes of a field value
 	maxFields    = 20    // fields shown on a card
-	maxText      = 30000 // runes of a text message
+	maxTitle     = 200   // runes of the header's title
+	maxLabel     = 100   // runes of a button's text
+	maxValue     = 255   // runes of each part of a button's value
+	maxButtons   = 5     // buttons on a card (Slack's actions block takes 25; ours have 2)
+	cardBudget   = 28000 // bytes of card JSON, under Feishu's 30 KB
 )
+
+// bounds are the sizes a card is rendered with.
+type bounds struct{ text, field, fields int }
+
+var fullBounds = bounds{text: maxCardText, field: maxFieldText, fields: maxFields}
+
+// shrink returns smaller bounds for a card that rendered to size bytes,
+// and false when they cannot shrink further.
+func (b bounds) shrink(size int) (bounds, bool) {
+	if b.text <= 1 && b.field <= 1 && b.fields == 0 {
+		return b, false
+	}
+	f := float64(cardBudget) / float64(size) * 0.9
+	b.text, b.field = int(float64(b.text)*f), int(float64(b.field)*f)
+	if b.field < 20 {
+		b.fields /= 2
+	}
+	return b, true
+}
 
 // Button values name what a click decides; the SDK needs an object value.
 // A card posted in a topic also names the topic (its root message): Feishu's
@@ -107,48 +130,30 @@ func textDiv(s string) div { return div{Tag: "div", Text: text(s)} }
 // values name topic when it is not "" (the root of the topic the card is
 // posted in). All text is plain_text, so nothing a user wrote is read as
 // markup.
-func renderCard(m chat.Message, topic string) card {
+func renderCard(m chat.Message, topic string, lim bounds) card {
 	c := card{Schema: "2.0", Config: cardConfig{UpdateMulti: true}, Body: cardBody{Elements: []any{}}}
 	cc := m.Card
 	if cc == nil {
 		cc = &chat.Card{Text: m.Text}
 	}
 	if cc.Title != "" {
-		c.Header = &cardHeader{Title: text(clip.Text(cc.Title, 200, clip.Runes)), Template: template(cc)}
+		c.Header = &cardHeader{Title: text(clip.Text(cc.Title, maxTitle, clip.Runes)), Template: template(cc)}
 	}
 	if cc.Text != "" {
-		c.Body.Elements = append(c.Body.Elements, textDiv(clip.Text(cc.Text, maxCardText, clip.Runes)))
+		c.Body.Elements = append(c.Body.Elements, textDiv(clip.Text(cc.Text, lim.text, clip.Runes)))
 	}
 	for i, f := range cc.Fields {
-		if i == maxFields {
+		if i == lim.fields {
 			c.Body.Elements = append(c.Body.Elements, textDiv(fmt.Sprintf("… %d more", len(cc.Fields)-i)))
 			break
 		}
-		c.Body.Elements = append(c.Body.Elements, textDiv(f.Label+": "+clip.Text(f.Value, maxFieldText, clip.Runes)))
+		c.Body.Elements = append(c.Body.Elements, textDiv(clip.Text(f.Label+": "+f.Value, lim.field, clip.Runes)))
 	}
 	if cc.Status != "" {
 		c.Body.Elements = append(c.Body.Elements, textDiv("Status: "+clip.Text(cc.Status, maxFieldText, clip.Runes)))
 	}
 	if len(cc.Buttons) > 0 {
-		set := columnSet{Tag: "column_set", FlexMode: "none"}
-		for i, b := range cc.Buttons {
-			value := map[string]string{valueBlock: cc.BlockID, valueAction: b.ActionID, valueValue: b.Value}
-			if topic != "" {
-				value[valueTopic] = topic
-			}
-			btn := button{
-				Tag:       "button",
-				ElementID: elementID(i, b.ActionID),
-				Text:      text(b.Label),
-				Type:      buttonType(b.Style),
-				Behaviors: []behavior{{Type: "callback", Value: value}},
-			}
-			if b.Confirm != "" {
-				btn.Confirm = &confirm{Title: text(b.Label + "?"), Text: text(clip.Text(b.Confirm, maxFieldText, clip.Runes))}
-			}
-			set.Columns = append(set.Columns, column{Tag: "column", Width: "auto", Elements: []any{btn}})
-		}
-		c.Body.Elements = append(c.Body.Elements, set)
+		c.Body.Elements = append(c.Body.Elements, buttons(cc, topic))
 	}
 	if len(c.Body.Elements) == 0 {
 		c.Body.Elements = append(c.Body.Elements, textDiv(" "))
@@ -156,29 +161,63 @@ func renderCard(m chat.Message, topic string) card {
 	return c
 }
 
-// cardContent is the content string of an interactive message, posted in
-// topic ("": none, or not known: its clicks then keep their order per card
-// only).
-func cardContent(m chat.Message, topic string) (string, error) {
-	b, err := json.Marshal(renderCard(m, topic))
-	if err != nil {
-		return "", fmt.Errorf("feishu: render card: %w", err)
+// buttons renders the first maxButtons buttons of cc in a column set, each
+// value naming topic when it is not "".
+func buttons(cc *chat.Card, topic string) columnSet {
+	set := columnSet{Tag: "column_set", FlexMode: "none"}
+	for i, b := range cc.Buttons[:min(len(cc.Buttons), maxButtons)] {
+		value := map[string]string{valueBlock: clip.Text(cc.BlockID, maxValue, clip.Runes),
+			valueAction: clip.Text(b.ActionID, maxValue, clip.Runes), valueValue: clip.Text(b.Value, maxValue, clip.Runes)}
+		if topic != "" {
+			value[valueTopic] = topic
+		}
+		btn := button{
+			Tag:       "button",
+			ElementID: elementID(i, b.ActionID),
+			Text:      text(clip.Text(b.Label, maxLabel, clip.Runes)),
+			Type:      buttonType(b.Style),
+			Behaviors: []behavior{{Type: "callback", Value: value}},
+		}
+		if b.Confirm != "" {
+			btn.Confirm = &confirm{Title: text(clip.Text(b.Label+"?", maxLabel, clip.Runes)), Text: text(clip.Text(b.Confirm, maxFieldText, clip.Runes))}
+		}
+		set.Columns = append(set.Columns, column{Tag: "column", Width: "auto", Elements: []any{btn}})
 	}
-	return string(b), nil
+	return set
 }
 
-// messageContent renders m as a card (posted in topic, see cardContent)
-// when it has one, else as a text message.
-func messageContent(m chat.Message, topic string) (msgType, content string, err error) {
-	if m.Card != nil {
-		content, err = cardContent(m, topic)
-		return larkim.MsgTypeInteractive, content, err
+// cardContent is the content string of an interactive message, posted in
+// topic ("": none, or not known: its clicks then keep their order per card
+// only): the card rendered with fullBounds, shrunk until its JSON fits
+// cardBudget. A card that cannot fit (its fixed parts alone too large) is
+// a permanent error: no retry makes it smaller.
+func cardContent(m chat.Message, topic string) (string, error) {
+	lim := fullBounds
+	for {
+		b, err := marshal(renderCard(m, topic, lim))
+		if err != nil {
+			return "", fmt.Errorf("feishu: render card: %w", err)
+		}
+		if len(b) <= cardBudget {
+			return string(b), nil
+		}
+		var ok bool
+		if lim, ok = lim.shrink(len(b)); !ok {
+			return "", fmt.Errorf("%w: feishu: render card: %d bytes, over %d", chat.ErrPermanent, len(b), cardBudget)
+		}
 	}
-	b, err := json.Marshal(map[string]string{"text": clip.Text(m.Text, maxText, clip.Runes)})
-	if err != nil {
-		return "", "", fmt.Errorf("feishu: render text: %w", err)
+}
+
+// marshal encodes v as JSON without escaping <, > and & (Feishu reads
+// JSON, not HTML: escaped, each would take six bytes of the card's 30 KB).
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
 	}
-	return larkim.MsgTypeText, string(b), nil
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // template colours a card's header by what its status says.

@@ -326,11 +326,10 @@ func (c *Connector) StartThread(ctx context.Context, channel string, m chat.Mess
 // Reply posts m in the topic of t (reply_in_thread). Feishu cannot also show
 // a topic reply in the chat, so m.Broadcast has no effect here.
 func (c *Connector) Reply(ctx context.Context, t chat.ThreadRef, m chat.Message) (chat.MessageRef, error) {
-	msgType, content, err := messageContent(m, t.ID)
-	if err != nil {
-		return chat.MessageRef{}, err
+	send := func(msgType, content, key string) (string, error) {
+		return c.reply(ctx, t.Channel, t.ID, msgType, content, key, true)
 	}
-	id, err := c.reply(ctx, t.Channel, t.ID, msgType, content, m.IdempotencyKey, true)
+	id, err := c.sendMessage(ctx, m, t.ID, send)
 	if err != nil {
 		return chat.MessageRef{}, err
 	}
@@ -365,16 +364,31 @@ func (c *Connector) Update(ctx context.Context, ref chat.MessageRef, m chat.Mess
 // Direct sends m to the user with open_id user (receive_id_type open_id), so
 // an approver has the card's buttons in their chat with the bot.
 func (c *Connector) Direct(ctx context.Context, user string, m chat.Message) (chat.MessageRef, error) {
-	msgType, content, err := messageContent(m, "")
-	if err != nil {
-		return chat.MessageRef{}, err
+	var chatID string
+	send := func(msgType, content, key string) (id string, err error) {
+		id, chatID, err = c.create(ctx, larkim.CreateMessageV1ReceiveIDTypeOpenId, user, c.p2p.key(user), msgType, content, key)
+		return id, err
 	}
-	id, chatID, err := c.create(ctx, larkim.CreateMessageV1ReceiveIDTypeOpenId, user, c.p2p.key(user), msgType, content, m.IdempotencyKey)
+	id, err := c.sendMessage(ctx, m, "", send)
 	if err != nil {
 		return chat.MessageRef{}, err
 	}
 	c.p2p.learn(user, chatID)
 	return chat.MessageRef{Surface: chat.Feishu, Channel: chatID, ID: id}, nil
+}
+
+// sendMessage sends m through send: as a card (its buttons naming topic,
+// see cardContent) when it has one, else as text (sendText: in parts or as
+// a file when it is long).
+func (c *Connector) sendMessage(ctx context.Context, m chat.Message, topic string, send sendFunc) (string, error) {
+	if m.Card == nil {
+		return c.sendText(ctx, m, send)
+	}
+	content, err := cardContent(m, topic)
+	if err != nil {
+		return "", err
+	}
+	return send(larkim.MsgTypeInteractive, content, m.IdempotencyKey)
 }
 
 // create sends a new message (POST im/v1/messages) and returns its ID and chat.

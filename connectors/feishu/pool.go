@@ -2,14 +2,12 @@ package feishu
 
 import (
 	"context"
-	"encoding/json"
 	"sync/atomic"
 	"time"
 
 	larkim "github.com/larksuite/oapi-sdk-go/v3/service/im/v1"
 
 	"github.com/roombridge/roombridge/chat"
-	"github.com/roombridge/roombridge/internal/clip"
 	"github.com/roombridge/roombridge/internal/handled"
 )
 
@@ -161,7 +159,7 @@ func (c *Connector) track() bool {
 // uuid derived from the event ID also makes Feishu drop a repeat within
 // the hour, across restarts.
 func (c *Connector) notice(chatID, msgID, eventID, text string) {
-	content, err := json.Marshal(map[string]string{"text": clip.Text(text, maxText, clip.Runes)})
+	content, err := noticeContent(text)
 	if err != nil {
 		c.answered.Told(eventID, true) // cannot be told
 		return
@@ -179,7 +177,7 @@ func (c *Connector) notice(chatID, msgID, eventID, text string) {
 		defer c.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), handlerTimeout)
 		defer cancel()
-		_, err := c.reply(ctx, chatID, msgID, larkim.MsgTypeText, string(content), key, false)
+		_, err := c.reply(ctx, chatID, msgID, larkim.MsgTypeText, content, key, false)
 		c.answered.Told(eventID, err == nil)
 		if err != nil {
 			c.log.WarnContext(ctx, "feishu: refusal notice not sent; a redelivery of the event tells it", "event_id", eventID, "error", err)

@@ -3,11 +3,14 @@ package slack
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	slackgo "github.com/slack-go/slack"
 
 	"github.com/roombridge/roombridge/chat"
+	"github.com/roombridge/roombridge/internal/longtext"
 )
 
 // metadataType is the event_type of the metadata each post carries; its
@@ -31,7 +34,7 @@ func keyMetadata(key string) slackgo.SlackMetadata {
 }
 
 // FindPosted implements chat.Finder: it looks for the message posted with
-// l.Key (in its metadata) among the replies of l.Thread
+// l.Key (in its metadata, or the share of its file: long.go) among the replies of l.Thread
 // (conversations.replies), or the top-level messages of l.Channel or of the
 // direct messages with l.User (conversations.history), since shortly before
 // l.Since, within findPages pages of findPage messages. The lookups share an
@@ -81,7 +84,7 @@ func (c *Connector) FindPosted(ctx context.Context, l chat.Lookup) (chat.Message
 			return chat.MessageRef{}, false, c.apiError(method, err)
 		}
 		for _, m := range msgs {
-			if k, _ := m.Metadata.EventPayload["key"].(string); m.Metadata.EventType == metadataType && k == l.Key {
+			if c.posted(m, l.Key) {
 				return chat.MessageRef{Surface: chat.Slack, Channel: channel, ID: m.Timestamp}, true, nil
 			}
 		}
@@ -90,4 +93,20 @@ func (c *Connector) FindPosted(ctx context.Context, l chat.Lookup) (chat.Message
 		}
 	}
 	return chat.MessageRef{}, false, nil
+}
+
+// posted reports whether m is the post of the message whose key is key: it carries key in its
+// metadata, or shares the file of a long text (long.go). A part of a split message is remembered
+// (parts), so that the post of the message skips it.
+func (c *Connector) posted(m slackgo.Message, key string) bool {
+	k, _ := m.Metadata.EventPayload["key"].(string)
+	if m.Metadata.EventType == metadataType {
+		if k == key {
+			return true
+		}
+		if strings.HasPrefix(k, key+"#") {
+			c.sent.keep(k, m.Timestamp)
+		}
+	}
+	return slices.ContainsFunc(m.Files, func(f slackgo.File) bool { return longtext.IsFileOf(f.Name, key) })
 }

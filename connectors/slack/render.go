@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 
@@ -18,7 +19,9 @@ const (
 	maxFields      = 10    // fields per section
 	maxContextText = 2000  // a context element's text (we use it for the status)
 	maxButtonLabel = 75    // button text
+	maxConfirmHead = 100   // a confirm dialog's title
 	maxConfirmText = 300   // a confirm dialog's text
+	maxConfirmBtn  = 30    // a confirm dialog's confirm and deny buttons
 	maxButtonValue = 2000  // button value
 	maxIDLen       = 255   // block_id, action_id
 	maxButtons     = 25    // elements of an actions block
@@ -34,7 +37,8 @@ const (
 //     person by name; slack:U… becomes a <@U…> mention that Slack renders
 //     with the user's current name);
 //   - the text (the ask, the action to approve);
-//   - the fields, ten to a section;
+//   - the fields, ten to a section, in as many sections as Block Kit's 50
+//     blocks leave (the last one counting the fields that did not fit);
 //   - the status line as a context block ("running · 60%", "Approved by …");
 //   - the buttons in one actions block whose block_id is card.BlockID
 //     ("approval:<id>:<version>"), so a click names exactly what it decides.
@@ -49,40 +53,64 @@ func Blocks(card chat.Card) []slackgo.Block {
 	if card.Text != "" {
 		bs = append(bs, section(Mrkdwn(card.Text, maxSectionText)))
 	}
-	for i := 0; i < len(card.Fields); i += maxFields {
-		var fs []*slackgo.TextBlockObject
-		for _, f := range card.Fields[i:min(i+maxFields, len(card.Fields))] {
-			fs = append(fs, mrkdwnObject(Mrkdwn("*"+f.Label+"*\n"+f.Value, maxFieldText)))
-		}
-		bs = append(bs, slackgo.NewSectionBlock(nil, fs, nil))
-	}
+	bs = append(bs, fieldSections(card.Fields, maxBlocks-len(bs)-2)...) // room for the status and buttons
 	if card.Status != "" {
 		bs = append(bs, slackgo.NewContextBlock("", mrkdwnObject(Mrkdwn(card.Status, maxContextText))))
 	}
 	if len(card.Buttons) > 0 {
 		var els []slackgo.BlockElement
 		for _, b := range card.Buttons[:min(len(card.Buttons), maxButtons)] {
-			btn := slackgo.NewButtonBlockElement(clip.Text(b.ActionID, maxIDLen, clip.Runes), clip.Text(b.Value, maxButtonValue, clip.Runes),
-				slackgo.NewTextBlockObject(slackgo.PlainTextType, clip.Text(b.Label, maxButtonLabel, clip.Runes), false, false))
-			switch b.Style {
-			case string(slackgo.StylePrimary), string(slackgo.StyleDanger):
-				btn = btn.WithStyle(slackgo.Style(b.Style))
-			}
-			if b.Confirm != "" {
-				btn = btn.WithConfirm(slackgo.NewConfirmationBlockObject(
-					slackgo.NewTextBlockObject(slackgo.PlainTextType, clip.Text(b.Label+"?", maxButtonLabel, clip.Runes), false, false),
-					slackgo.NewTextBlockObject(slackgo.PlainTextType, clip.Text(b.Confirm, maxConfirmText, clip.Runes), false, false),
-					slackgo.NewTextBlockObject(slackgo.PlainTextType, clip.Text(b.Label, maxButtonLabel, clip.Runes), false, false),
-					slackgo.NewTextBlockObject(slackgo.PlainTextType, "Cancel", false, false)))
-			}
-			els = append(els, btn)
+			els = append(els, buttonElement(b))
 		}
 		bs = append(bs, slackgo.NewActionBlock(clip.Text(card.BlockID, maxIDLen, clip.Runes), els...))
 	}
-	if len(bs) > maxBlocks {
-		bs = bs[:maxBlocks]
+	return bs
+}
+
+// fieldSections renders fields ten to a section, in at most room sections; fields that do not fit
+// are counted in the last one ("… and 12 more fields").
+func fieldSections(fields []chat.Field, room int) []slackgo.Block {
+	var bs []slackgo.Block
+	for i := 0; i < len(fields) && room > 0; i += maxFields {
+		var fs []*slackgo.TextBlockObject
+		end := min(i+maxFields, len(fields))
+		more := 0
+		if len(bs) == room-1 && len(fields) > end {
+			end--
+			more = len(fields) - end
+		}
+		for _, f := range fields[i:end] {
+			fs = append(fs, mrkdwnObject(Mrkdwn("*"+f.Label+"*\n"+f.Value, maxFieldText)))
+		}
+		if more > 0 {
+			fs = append(fs, mrkdwnObject(Mrkdwn(fmt.Sprintf("… and %d more fields", more), maxFieldText)))
+		}
+		bs = append(bs, slackgo.NewSectionBlock(nil, fs, nil))
+		if more > 0 {
+			break
+		}
 	}
 	return bs
+}
+
+// buttonElement renders b within Block Kit's limits: its text, value and action_id, and its
+// confirmation dialog (title, text, confirm and deny buttons).
+func buttonElement(b chat.Button) *slackgo.ButtonBlockElement {
+	btn := slackgo.NewButtonBlockElement(clip.Text(b.ActionID, maxIDLen, clip.Runes), clip.Text(b.Value, maxButtonValue, clip.Runes),
+		plain(b.Label, maxButtonLabel))
+	switch b.Style {
+	case string(slackgo.StylePrimary), string(slackgo.StyleDanger):
+		btn = btn.WithStyle(slackgo.Style(b.Style))
+	}
+	if b.Confirm != "" {
+		btn = btn.WithConfirm(slackgo.NewConfirmationBlockObject(plain(b.Label+"?", maxConfirmHead),
+			plain(b.Confirm, maxConfirmText), plain(b.Label, maxConfirmBtn), plain("Cancel", maxConfirmBtn)))
+	}
+	return btn
+}
+
+func plain(s string, limit int) *slackgo.TextBlockObject {
+	return slackgo.NewTextBlockObject(slackgo.PlainTextType, clip.Text(s, limit, clip.Runes), false, false)
 }
 
 // FallbackText is a message's text field: what notifications and screen

@@ -203,6 +203,7 @@ type Connector struct {
 	botUser atomic.Pointer[string] // the bot's user ID, from auth.test
 	team    atomic.Pointer[string] // the workspace's ID, from auth.test
 	live    *streams               // live messages (stream.go)
+	sent    parts                  // posts of split messages (long.go)
 
 	dmMu sync.Mutex
 	dms  map[string]string // user ID → DM channel ID
@@ -334,13 +335,12 @@ func (c *Connector) StartThread(ctx context.Context, channel string, m chat.Mess
 }
 
 // Reply posts m in thread t. A final answer is also broadcast to the channel
-// when m asks for it or the connector is configured to.
+// when m asks for it or the connector is configured to. A text too long for
+// one message goes in parts or as a file (long.go); the reference is the
+// last post's.
 func (c *Connector) Reply(ctx context.Context, t chat.ThreadRef, m chat.Message) (chat.MessageRef, error) {
-	opts := append(c.content(m, false), slackgo.MsgOptionTS(t.ID))
-	if m.Broadcast || (c.opts.BroadcastFinal && m.Kind == "final") {
-		opts = append(opts, slackgo.MsgOptionBroadcast())
-	}
-	ts, err := c.post(ctx, t.Channel, true, opts...)
+	broadcast := m.Broadcast || (c.opts.BroadcastFinal && m.Kind == "final")
+	ts, err := c.postPlan(ctx, t.Channel, t.ID, m, plan(m), broadcast)
 	if err != nil {
 		return chat.MessageRef{}, err
 	}
@@ -367,7 +367,7 @@ func (c *Connector) Direct(ctx context.Context, user string, m chat.Message) (ch
 	if err != nil {
 		return chat.MessageRef{}, err
 	}
-	ts, err := c.post(ctx, channel, true, c.content(m, false)...)
+	ts, err := c.postPlan(ctx, channel, "", m, plan(m), false)
 	if err != nil {
 		return chat.MessageRef{}, err
 	}

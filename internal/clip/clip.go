@@ -42,6 +42,16 @@ func Text(s string, limit int, u Unit) string {
 	return s[:boundary(s, limit-size(mark, u), u)] + mark
 }
 
+// Cut is the end of the prefix of s that Text keeps for a bound of limit,
+// without the marker: len(s) when s fits, else the end of its longest
+// prefix at most limit long that does not split a character.
+func Cut(s string, limit int, u Unit) int {
+	if size(s, u) <= limit {
+		return len(s)
+	}
+	return boundary(s, limit, u)
+}
+
 // Line is Text of s made one line first: each run of white space (newlines
 // and tabs included) becomes one space, and white space at either end goes.
 func Line(s string, limit int, u Unit) string {

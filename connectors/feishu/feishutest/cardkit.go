@@ -96,6 +96,9 @@ func (s *Server) handleCardCreate(w http.ResponseWriter, r *http.Request) {
 	case json.Unmarshal([]byte(b.Data), &doc) != nil || doc.Schema != "2.0":
 		apiError(w, http.StatusBadRequest, CodeInvalidParam, `card data must be card JSON 2.0 ("schema": "2.0")`)
 		return
+	case CheckCard([]byte(b.Data)) != nil:
+		apiError(w, http.StatusBadRequest, CodeInvalidParam, "invalid card: "+CheckCard([]byte(b.Data)).Error())
+		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -12,6 +12,11 @@
 //   - im/v1/messages create, reply and patch: only create's success answer is recorded (code, msg,
 //     data.message_id); the other fields of data (chat_id, root_id, thread_id, sender, body...) and the answers
 //     of reply and patch follow the SDK's larkim models and Feishu's documentation, not a recording.
+//   - Card JSON 2.0 limits (CheckCard, cardcheck.go): the documented size (30 KB), element count (200) and
+//     element_id form; the set of config properties the fake knows is the documentation's, and a card
+//     breaking a limit is answered 230001 (the code of invalid content), a guess.
+//   - im/v1/files and file messages (files.go): no recorded answer; a file message naming a key the fake
+//     never issued is answered 230001, a guess.
 //   - Error answers: codes and HTTP statuses (99991400 with 429 and x-ogw-ratelimit-*, 230001, 230025,
 //     99991661/99991663, 99992402, 10014) follow the documentation; the corpus records only code 999999 (no
 //     public recording of the others was found: see the corpus README).

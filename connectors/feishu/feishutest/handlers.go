@@ -83,6 +83,12 @@ func checkContent(w http.ResponseWriter, msgType, content string) bool {
 		apiError(w, http.StatusBadRequest, CodeInvalidParam, "invalid message content: not a JSON object")
 	case len(content) > limit:
 		apiError(w, http.StatusBadRequest, CodeContentTooLong, fmt.Sprintf("message content longer than %d bytes", limit))
+	case msgType == "interactive" && obj["schema"] != nil: // a 1.0 card (no schema) is held to its size only
+		if err := CheckCard([]byte(content)); err != nil {
+			apiError(w, http.StatusBadRequest, CodeInvalidParam, "invalid card: "+err.Error())
+			return false
+		}
+		return true
 	default:
 		return true
 	}
@@ -114,6 +120,10 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeOK(w, apiMessageOf(m, s.appID))
 		return
 	}
+	if s.unknownFileLocked(*b.MsgType, *b.Content) {
+		apiError(w, http.StatusBadRequest, CodeInvalidParam, "invalid file_key")
+		return
+	}
 	m := s.addLocked(&Message{
 		ChatID: chatID, ReceiveID: *b.ReceiveID, ReceiveIDType: idType,
 		MsgType: *b.MsgType, Content: json.RawMessage(*b.Content), UUID: b.UUID,
@@ -138,6 +148,10 @@ func (s *Server) handleReply(w http.ResponseWriter, r *http.Request) {
 	}
 	if m := s.dedupeLocked(b.UUID); m != nil {
 		writeOK(w, apiMessageOf(m, s.appID))
+		return
+	}
+	if s.unknownFileLocked(*b.MsgType, *b.Content) {
+		apiError(w, http.StatusBadRequest, CodeInvalidParam, "invalid file_key")
 		return
 	}
 	rootID := parent.RootID

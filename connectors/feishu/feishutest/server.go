@@ -188,6 +188,7 @@ type Server struct {
 	pushed      map[string]pushedFrame
 	responses   map[string][]FrameResponse
 	cards       map[string]*Card // CardKit entities (cardkit.go)
+	files       []*File          // uploads (files.go)
 	noCardKit   bool
 }
 
@@ -229,6 +230,7 @@ func New(appID, appSecret string, opts ...Option) *Server {
 	mux.HandleFunc("POST "+RouteWSEndpoint, s.route(RouteWSEndpoint, s.handleEndpoint))
 	mux.HandleFunc("GET "+routeWS, s.route(routeWS, s.handleWS))
 	s.cardkitRoutes(mux)
+	mux.HandleFunc("POST "+RouteFiles, s.route(RouteFiles, s.authed(s.handleFile)))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]any{"code": http.StatusNotFound, "msg": "404 page not found"}, nil)
 	})

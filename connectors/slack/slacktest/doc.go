@@ -20,4 +20,8 @@
 //     error codes the fake answers follow the documentation.
 //   - Socket Mode: slash_commands envelopes are recorded but the fake makes none of its own (PushFrame
 //     sends recorded frames as they are); acks follow slack-go's socketmode types.
+//   - Block Kit limits (CheckBlocks, blocks.go): the documented ones; a message that breaks one is answered
+//     invalid_blocks, the code Slack documents for blocks it refuses.
+//   - files.getUploadURLExternal, the upload and files.completeUploadExternal (files.go): no recorded answer;
+//     the upload URL is on the fake's host, and which error code each failure gets is a guess (files.go).
 package slacktest

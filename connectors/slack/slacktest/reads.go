@@ -148,3 +148,29 @@ func tsMicros(ts string) int64 {
 	}
 	return s*1e6 + us
 }
+
+// wireMessage is the message object Slack returns from chat.postMessage and chat.update, and in the
+// messages of conversations.history and conversations.replies; metadata says whether it carries the
+// message's metadata (the reads: only with include_all_metadata).
+func wireMessage(m *Message, metadata bool) map[string]any {
+	w := map[string]any{"type": "message", "user": m.User, "text": m.Text, "ts": m.TS}
+	if m.User == BotUserID {
+		w["bot_id"], w["app_id"] = BotID, AppID
+	}
+	if m.ThreadTS != "" {
+		w["thread_ts"] = m.ThreadTS
+		if m.Broadcast {
+			w["subtype"] = "thread_broadcast"
+		}
+	}
+	if m.BlocksJSON != nil {
+		w["blocks"] = m.BlocksJSON
+	}
+	if m.Files != nil {
+		w["files"] = wireFiles(m.Files)
+	}
+	if metadata && m.Metadata != nil {
+		w["metadata"] = m.Metadata
+	}
+	return w
+}

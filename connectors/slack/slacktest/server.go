@@ -29,11 +29,9 @@ const (
 	DefaultAppToken   = "xapp-slacktest"               // app-level token accepted by apps.connections.open
 )
 
-// Limits Slack documents for a message; the fake rejects what Slack would reject or truncate.
-const (
-	maxTextRunes = 40000 // chat.postMessage: text over 40,000 characters is truncated/msg_too_long.
-	maxBlocks    = 50    // Block Kit: at most 50 blocks per message.
-)
+// maxTextRunes is the limit Slack documents for a message's text (over 40,000 characters it is truncated;
+// the fake answers msg_too_long). Block Kit's limits are CheckBlocks's (blocks.go).
+const maxTextRunes = 40000
 
 // ErrClosed is returned by operations on a closed Server.
 var ErrClosed = errors.New("slacktest: server closed")
@@ -59,6 +57,8 @@ type Message struct {
 	Recipient string
 	Tasks     []Task
 	Appends   int
+	// Files are the files a files.completeUploadExternal shared in this message (files.go).
+	Files []File
 }
 
 // Revision is the content of a message after one chat.update.
@@ -164,6 +164,7 @@ type Server struct {
 	rateLimited map[string]int
 	failures    map[string][]failure
 	lose        map[string]int // calls whose answers are lost (LoseNextAnswer), per method
+	files       []*File        // uploads (files.go)
 	socketState
 }
 
@@ -186,6 +187,7 @@ func NewServer(opts ...Option) *Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/api/", s.serveAPI)
 	mux.HandleFunc("/link/", s.serveSocket)
+	mux.HandleFunc("/upload/", s.serveUpload)
 	s.http = httptest.NewServer(mux)
 	return s
 }
@@ -330,6 +332,7 @@ func (m *Message) clone() Message {
 	c.Blocks = append([]slack.Block(nil), m.Blocks...)
 	c.Updates = append([]Revision(nil), m.Updates...)
 	c.Tasks = append([]Task(nil), m.Tasks...)
+	c.Files = append([]File(nil), m.Files...)
 	if m.Metadata != nil {
 		md := *m.Metadata
 		c.Metadata = &md
@@ -475,6 +478,10 @@ func (s *Server) dispatchLocked(method string, r *http.Request) reply {
 			return s.historyLocked(f)
 		}
 		return s.repliesLocked(f)
+	case "files.getUploadURLExternal":
+		return s.uploadURLLocked(f)
+	case "files.completeUploadExternal":
+		return s.completeUploadLocked(f)
 	case "apps.connections.open":
 		return reply{body: map[string]any{"url": s.issueTicketLocked()}}
 	}
@@ -492,7 +499,7 @@ func (s *Server) parseLocked(f url.Values) (Message, string) {
 	}
 	if raw := f.Get("blocks"); raw != "" {
 		var bs slack.Blocks
-		if err := json.Unmarshal([]byte(raw), &bs); err != nil || len(bs.BlockSet) > maxBlocks {
+		if err := json.Unmarshal([]byte(raw), &bs); err != nil || CheckBlocks([]byte(raw)) != nil {
 			return m, "invalid_blocks"
 		}
 		m.BlocksJSON, m.Blocks = json.RawMessage(raw), bs.BlockSet
@@ -573,27 +580,4 @@ func (s *Server) openLocked(f url.Values) reply {
 	already := s.opened[id]
 	s.opened[id] = true
 	return reply{body: map[string]any{"channel": map[string]any{"id": id, "is_im": id[0] == 'D'}, "already_open": already}}
-}
-
-// wireMessage is the message object Slack returns from chat.postMessage and chat.update, and in the
-// messages of conversations.history and conversations.replies; metadata says whether it carries the
-// message's metadata (the reads: only with include_all_metadata).
-func wireMessage(m *Message, metadata bool) map[string]any {
-	w := map[string]any{"type": "message", "user": m.User, "text": m.Text, "ts": m.TS}
-	if m.User == BotUserID {
-		w["bot_id"], w["app_id"] = BotID, AppID
-	}
-	if m.ThreadTS != "" {
-		w["thread_ts"] = m.ThreadTS
-		if m.Broadcast {
-			w["subtype"] = "thread_broadcast"
-		}
-	}
-	if m.BlocksJSON != nil {
-		w["blocks"] = m.BlocksJSON
-	}
-	if metadata && m.Metadata != nil {
-		w["metadata"] = m.Metadata
-	}
-	return w
 }
