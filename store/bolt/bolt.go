@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -48,6 +49,11 @@ func (e inUseError) Error() string {
 // InUse tells whether err is Open's "in use by another process".
 func InUse(err error) bool { return errors.As(err, new(inUseError)) }
 
+// initialMmap is the size bbolt maps a file at from the start: 10 GiB (as
+// etcd does) on 64-bit platforms (a variable: a test maps small files as
+// they grow).
+var initialMmap = (10 << 30) * (strconv.IntSize / 64)
+
 // Open opens (creating if needed) the bolt file at path. A second process
 // opening the same file fails at once with a clear error.
 func Open(path string) (*DB, error) {
@@ -59,6 +65,12 @@ func Open(path string) (*DB, error) {
 		// walks (and so maps into memory) the whole file to rebuild it.
 		Timeout:      lockTimeout,
 		FreelistType: bbolt.FreelistMapType,
+		// Address space, not memory (the file grows as it is written):
+		// bbolt remaps a grown file only once every read transaction
+		// ended, so with a small mapping a long one (a backup or an audit
+		// export streamed to a slow client) would hold every write until
+		// it ended. etcd maps its bbolt file the same way.
+		InitialMmapSize: initialMmap,
 	})
 	if errors.Is(err, bboltErrors.ErrTimeout) {
 		return nil, inUseError{path}
@@ -415,15 +427,26 @@ func (t *tx) Notify(topic string) {
 	}
 }
 
+// dumpRelease is how many bytes of keys and values Dump reads between two
+// releases of the pages it mapped.
+const dumpRelease = 16 << 20
+
 // Dump implements store.Dumper: every bucket and key, in one read
 // transaction.
 func (d *DB) Dump(ctx context.Context, fn func(bucket, key string, value []byte) error) error {
 	err := d.db.View(func(btx *bbolt.Tx) error {
+		n := 0
 		return btx.ForEach(func(name []byte, b *bbolt.Bucket) error {
 			bucket := string(name)
 			return b.ForEach(func(k, v []byte) error {
 				if err := ctx.Err(); err != nil {
 					return err
+				}
+				if n += len(k) + len(v); n >= dumpRelease {
+					// The pages read stay resident otherwise: a dump
+					// of the whole file would hold all of it.
+					releaseMapped(btx)
+					n = 0
 				}
 				return fn(bucket, string(k), v)
 			})

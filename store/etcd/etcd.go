@@ -207,6 +207,11 @@ func (s *Store) Client() *clientv3.Client { return s.cli }
 // it (the sweep's).
 func (s *Store) MaxWrites() int { return s.opt.MaxTxnOps - 1 }
 
+// MaxWriteBytes is how many bytes of keys (with the store's prefix) and
+// values one Update may write (Options.MaxTxnBytes): a restore sizes its
+// batches by it.
+func (s *Store) MaxWriteBytes() int { return s.opt.MaxTxnBytes }
+
 // Update implements store.Store. Once queued, a call is answered:
 // committed, refused, or (if every caller of its group gave up while etcd did
 // not answer) "outcome unknown".
