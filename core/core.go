@@ -354,7 +354,7 @@ func (b *Bridge) http() {
 	}
 	b.api = httpapi.New(httpapi.Options{Service: b.svc, Router: b.router, Token: b.opts.APIToken, Log: b.log,
 		Ready: ready, Detail: b.readyDetail, Tasks: b.del, Registry: b.met.Registry(), WriteTimeout: b.ServerOptions().WriteTimeout})
-	b.api.Handle("GET /v1/store/backup", httpapi.Stream(http.HandlerFunc(b.serveBackup), b.ServerOptions().WriteTimeout).ServeHTTP)
+	b.api.HandleStream("GET /v1/store/backup", "application/x-ndjson", b.writeBackup)
 	b.api.MountStream("/mcp", b.tools)
 	b.api.Mount(runners.Pattern, httpapi.LongLived(b.runners.Handler()))
 	for pattern, h := range b.runners.API(b.opts.APIToken) {

@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
-	"net/http"
 	"runtime/debug"
 	"strconv"
 
@@ -162,18 +162,16 @@ func (b *Bridge) readyDetail(ctx context.Context) any {
 	return d
 }
 
-// serveBackup streams a consistent snapshot of the store (store.Backup):
-// `bridge store backup` asks for it while this bridge holds the bolt file.
-// A failure after the first byte leaves the backup without its trailer,
-// which the CLI refuses.
-func (b *Bridge) serveBackup(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	info, err := store.Backup(r.Context(), b.opts.Store, b.opts.Clock.Now(), w)
+// writeBackup streams a consistent snapshot of the store (store.Backup):
+// `bridge store backup` asks for it (GET /v1/store/backup) while this
+// bridge holds the bolt file.
+func (b *Bridge) writeBackup(ctx context.Context, w io.Writer) error {
+	info, err := store.Backup(ctx, b.opts.Store, b.opts.Clock.Now(), w)
 	if err != nil {
-		b.log.ErrorContext(r.Context(), "store backup failed", "error", err)
-		return
+		return err
 	}
-	b.log.InfoContext(r.Context(), "store backup taken", "records", info.Records, "format", info.Format)
+	b.log.InfoContext(ctx, "store backup taken", "records", info.Records, "format", info.Format)
+	return nil
 }
 
 // parseInstance reads an election value (an Instance; an older binary's

@@ -47,6 +47,8 @@ func classify(err error) outcome {
 		return outcome{status: http.StatusInsufficientStorage, msg: "the store is full: nothing was written; retry once space was freed"}
 	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, store.ErrClosed):
 		return outcome{status: http.StatusServiceUnavailable, msg: "the store is unreachable: nothing was changed; retry later", retry: true}
+	case errors.Is(err, store.ErrRestoring):
+		return outcome{status: http.StatusServiceUnavailable, msg: strings.TrimPrefix(store.ErrRestoring.Error(), "store: ")}
 	case errors.Is(err, store.ErrFenced): // HA: a follower; ask the leader (the one /readyz calls ready)
 		return outcome{status: http.StatusServiceUnavailable, msg: "not the leader: this instance is fenced; ask the instance /readyz calls ready"}
 	case errors.Is(err, context.Canceled):

@@ -144,6 +144,30 @@ func (s *Server) Handle(pattern string, h http.HandlerFunc) { s.handle(pattern, 
 
 func (s *Server) handle(pattern string, h http.HandlerFunc) { s.handleWait(pattern, h, ReadWait) }
 
+// HandleStream adds a /v1 handler behind the bearer token whose answer,
+// of type contentType, write streams for as long as it takes (a backup): no
+// read wait, the write timeout extended before each write. An error before
+// anything was sent is answered as every error of the API (a failure of
+// ours a 5xx, with a reference into the log); after, the stream is cut, so
+// that the caller sees it end early.
+func (s *Server) HandleStream(pattern, contentType string, write func(ctx context.Context, w io.Writer) error) {
+	h := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", contentType)
+		sent := &sentWriter{w: w}
+		err := write(r.Context(), sent)
+		switch {
+		case err == nil:
+		case sent.n == 0:
+			w.Header().Del("Content-Type")
+			s.fail(w, r, err)
+		default:
+			s.log.ErrorContext(r.Context(), "api stream failed; cutting it", "path", clipPath(r.URL.Path), "sent", sent.n, "error", err)
+			panic(http.ErrAbortHandler)
+		}
+	}
+	s.handleWait(pattern, Stream(http.HandlerFunc(h), s.writeTimeout).ServeHTTP, 0)
+}
+
 // handleWait is handle with reads (GET) bounded by wait (0: not bounded).
 func (s *Server) handleWait(pattern string, h http.HandlerFunc, wait time.Duration) {
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {

@@ -101,7 +101,7 @@ func Backup(ctx context.Context, st Store, now time.Time, w io.Writer) (BackupIn
 	sawData := false
 	err := d.Dump(ctx, func(bucket, key string, value []byte) error {
 		if bucket == MetaBucket && key == RestoringKey {
-			return errors.New("the store holds an unfinished restore")
+			return ErrRestoring
 		}
 		if bucket == MetaBucket && key == FormatKey {
 			f, err := parseFormat(value)

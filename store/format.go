@@ -72,7 +72,7 @@ func ReadFormat(tx Tx) (int, error) {
 }
 
 // ErrRestoring: the store holds a restore that did not finish.
-var ErrRestoring = errors.New("store: a restore into this store did not finish (it holds meta/restoring): empty the data_dir or etcd prefix and restore again")
+var ErrRestoring = errors.New("store: a restore into this store did not finish (it holds meta/restoring): stop every bridge on it, empty the data_dir or etcd prefix, and restore again")
 
 // parseFormat reads a FormatKey value.
 func parseFormat(v []byte) (int, error) {

@@ -573,15 +573,18 @@ const purgeReadFactor = 20
 // and returns how many it deleted; dry, it deletes nothing and counts them.
 func DropDedupeTimers(tx Tx, limit int, dry bool) (int, error) {
 	var keys []string
+	n := 0
 	err := tx.Scan(bucketTimers, timerDedupe+"/", PrefixEnd(timerDedupe+"/"), func(k string, _ []byte) error {
-		keys = append(keys, k)
-		if limit > 0 && len(keys) >= limit {
+		if n++; !dry { // a dry run counts: it keeps no key
+			keys = append(keys, k)
+		}
+		if limit > 0 && n >= limit {
 			return ErrStop
 		}
 		return nil
 	})
 	if err != nil || dry {
-		return len(keys), err
+		return n, err
 	}
 	for _, k := range keys {
 		if err := tx.Delete(bucketTimers, k); err != nil {

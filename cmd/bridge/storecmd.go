@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -35,11 +36,15 @@ func storeBackup(ctx context.Context, api *apiOptions, file string, out io.Write
 	}
 	defer os.Remove(tmp)
 	defer f.Close()
-	st, closeSt, err := openToolStore(ctx, cfg)
+	st, closeSt, err := openToolStore(ctx, cfg, true)
 	switch {
 	case err == nil:
 		defer closeSt()
-		_, err = store.Backup(ctx, st, time.Now(), f)
+		var info store.BackupInfo
+		info, err = store.Backup(ctx, st, time.Now(), f)
+		if err == nil && info.Records == 0 && cfg.HA != nil {
+			err = fmt.Errorf("the etcd prefix %s/store holds nothing: check ha.prefix and ha.etcd in %s (a backup of nothing is refused)", cfg.HA.Prefix, api.config)
+		}
 	case errors.Is(err, errStoreInUse):
 		err = backupThroughDaemon(ctx, api, f)
 	}
@@ -59,6 +64,9 @@ func storeBackup(ctx context.Context, api *apiOptions, file string, out io.Write
 	if err := os.Rename(tmp, file); err != nil {
 		return fmt.Errorf("store backup: %w", err)
 	}
+	if err := syncDir(filepath.Dir(file)); err != nil {
+		return fmt.Errorf("store backup: %w", err)
+	}
 	fmt.Fprintf(out, "backup: %s: %d keys, store format %d, taken %s\n", file, info.Records, info.Format, info.Taken.Format(time.RFC3339))
 	return nil
 }
@@ -71,11 +79,13 @@ func backupThroughDaemon(ctx context.Context, api *apiOptions, w io.Writer) erro
 	}
 	resp, err := c.do(ctx, http.MethodGet, "/v1/store/backup", nil)
 	if err != nil {
-		return fmt.Errorf("the store is in use by a running bridge, and asking it failed: %w", err)
+		return fmt.Errorf("the store is in use by a running bridge, and its backup failed: %w", err)
 	}
 	defer resp.Body.Close()
-	_, err = io.Copy(w, resp.Body)
-	return err
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return fmt.Errorf("the running bridge's backup was cut off (%w): its log says why", err)
+	}
+	return nil
 }
 
 // storeRestore restores FILE into the configured store, which must be empty
@@ -91,7 +101,7 @@ func storeRestore(ctx context.Context, path, file string, out io.Writer) error {
 		return fmt.Errorf("store restore: %w", err)
 	}
 	defer f.Close()
-	st, closeSt, err := openToolStore(ctx, cfg)
+	st, closeSt, err := openToolStore(ctx, cfg, false)
 	if errors.Is(err, errStoreInUse) {
 		return fmt.Errorf("store restore: refused: %w; stop it, and restore into an empty data_dir", err)
 	}
@@ -154,7 +164,7 @@ func storeMigrate(ctx context.Context, path string, dry bool, out io.Writer) err
 	if cfg.HA != nil && !dry {
 		return fmt.Errorf("store migrate: in HA the leader migrates the store at the start of its term (a new binary that leads); use --dry-run to see what it will change")
 	}
-	st, closeSt, err := openToolStore(ctx, cfg)
+	st, closeSt, err := openToolStore(ctx, cfg, true)
 	if errors.Is(err, errStoreInUse) {
 		return fmt.Errorf("store migrate: %w; stop it (a bridge migrates its store when it starts)", err)
 	}
@@ -162,7 +172,8 @@ func storeMigrate(ctx context.Context, path string, dry bool, out io.Writer) err
 		return fmt.Errorf("store migrate: %w", err)
 	}
 	defer closeSt()
-	o := core.MigrateOptions(nil)
+	// A large store's progress, every 2 s, on stderr.
+	o := core.MigrateOptions(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	o.DryRun = dry
 	res, err := migrate.Run(ctx, st, o)
 	if err != nil {
@@ -178,8 +189,10 @@ func printMigration(out io.Writer, res migrate.Result, dry bool) {
 		verb = "would migrate"
 	}
 	switch {
+	case res.Created && dry:
+		fmt.Fprintf(out, "an empty store: it would be stamped with format %d\n", core.KnownFormat())
 	case res.Created:
-		fmt.Fprintf(out, "an empty store: it would be created in format %d\n", core.KnownFormat())
+		fmt.Fprintf(out, "an empty store: stamped with format %d\n", core.KnownFormat())
 	case len(res.Steps) == 0:
 		fmt.Fprintf(out, "the store is in format %d, this binary's: nothing to do\n", res.From)
 	}
@@ -192,10 +205,14 @@ func printMigration(out io.Writer, res migrate.Result, dry bool) {
 var errStoreInUse = errors.New("a running bridge holds the store")
 
 // openToolStore opens cfg's store for a tool: the bolt file (errStoreInUse when
-// a bridge holds it), or the etcd prefix without a fence.
-func openToolStore(ctx context.Context, cfg *config.Config) (store.Store, func(), error) {
+// a bridge holds it; with existing, one that is not there is an error, not
+// created), or the etcd prefix without a fence.
+func openToolStore(ctx context.Context, cfg *config.Config, existing bool) (store.Store, func(), error) {
 	if cfg.HA == nil {
 		path := filepath.Join(cfg.DataDir, "bridge.db")
+		if _, err := os.Stat(path); existing && errors.Is(err, os.ErrNotExist) {
+			return nil, nil, fmt.Errorf("no store at %s (data_dir %q): check --config, or the directory it is run from", path, cfg.DataDir)
+		}
 		db, err := bolt.Open(path)
 		if err != nil {
 			if bolt.InUse(err) {
@@ -215,4 +232,14 @@ func openToolStore(ctx context.Context, cfg *config.Config) (store.Store, func()
 		return nil, nil, err
 	}
 	return st, func() { _ = st.Close(); _ = cli.Close() }, nil
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

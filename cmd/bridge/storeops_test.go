@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -61,6 +63,31 @@ func TestNewerStoreRefused(t *testing.T) {
 	_ = st.db.View(context.Background(), func(tx store.Tx) error { f, err = store.ReadFormat(tx); return err })
 	if f != 99 {
 		t.Errorf("the store's format is %d after the refusals, want 99", f)
+	}
+}
+
+// TestStoreToolsNeedAStore: `store backup` and `store migrate` where no
+// store is (a wrong --config or working directory, a cron job's) fail
+// naming the path, and create nothing.
+func TestStoreToolsNeedAStore(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	cfg := filepath.Join(dir, "bridge.yaml")
+	writeFile(t, cfg, storeOpsConfig(data))
+	for _, args := range [][]string{
+		{"store", "backup", filepath.Join(dir, "b.jsonl"), "--config", cfg},
+		{"store", "migrate", "--dry-run", "--config", cfg},
+		{"store", "migrate", "--config", cfg},
+	} {
+		_, stderr, code := runCLI(t, dir, args...)
+		if code != 1 || !strings.Contains(stderr, "no store at "+filepath.Join(data, "bridge.db")) {
+			t.Errorf("%v without a store: exit %d, stderr %q; want 1, naming the missing store", args, code, stderr)
+		}
+	}
+	for _, p := range []string{filepath.Join(data, "bridge.db"), filepath.Join(dir, "b.jsonl")} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after the refusals: %v; want none", p, err)
+		}
 	}
 }
 
