@@ -36,6 +36,7 @@ func dumpAll(t *testing.T, s store.Store) map[string]string {
 func testBackupRestore(t *testing.T, open Opener) {
 	src := mustOpen(t, open(t))
 	fillBackupSource(t, src)
+	checkDumpIsOneInstant(t, src)
 	want := dumpAll(t, src)
 	full := backupOf(t, src)
 	update(t, src, func(tx store.Tx) error { return tx.Put("bucket0", "after", []byte("x")) })
@@ -73,6 +74,56 @@ func fillBackupSource(t *testing.T, src store.Store) {
 			return nil
 		})
 	}
+}
+
+// checkDumpIsOneInstant: writes made while a dump runs (committed before
+// it reads the keys they touch) are not in it: a new key, a changed one
+// and a deleted one are seen as they were when the dump began. The writes
+// are undone after.
+func checkDumpIsOneInstant(t *testing.T, src store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	got := map[string]string{}
+	first := true
+	err := src.(store.Dumper).Dump(ctx, func(b, k string, v []byte) error {
+		if first {
+			first = false
+			if err := src.Update(ctx, func(tx store.Tx) error {
+				if err := tx.Put("bucket0", "k9999", []byte("during")); err != nil {
+					return err
+				}
+				if err := tx.Put("bucket2", "k0599", []byte("during")); err != nil {
+					return err
+				}
+				return tx.Delete("bucket1", "k0598")
+			}); err != nil {
+				return err
+			}
+		}
+		got[b+"/"+k] = string(v)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Dump with writes during it: %v", err)
+	}
+	if _, ok := got["bucket0/k9999"]; ok {
+		t.Error("a dump holds a key written after it began")
+	}
+	if v := got["bucket2/k0599"]; v != "v\x00\xff599" {
+		t.Errorf("a dump holds bucket2/k0599 = %q, changed after it began; want the value before", v)
+	}
+	if _, ok := got["bucket1/k0598"]; !ok {
+		t.Error("a dump lacks a key deleted after it began")
+	}
+	update(t, src, func(tx store.Tx) error {
+		if err := tx.Delete("bucket0", "k9999"); err != nil {
+			return err
+		}
+		if err := tx.Put("bucket2", "k0599", []byte("v\x00\xff599")); err != nil {
+			return err
+		}
+		return tx.Put("bucket1", "k0598", []byte("v\x00\xff598"))
+	})
 }
 
 // backupOf backs src up, checks the backup's info against what
