@@ -344,3 +344,29 @@ func TestUsage(t *testing.T) {
 		"roombridge_agent_cost_dollars_total{agent=coder}":            0.03,
 	})
 }
+
+// TestOutboxDepthCountsSpans: the outbox depth counts an effect that
+// stands for several (an expiry's, expanded at delivery) as those it
+// stands for, per surface.
+func TestOutboxDepthCountsSpans(t *testing.T) {
+	b := open(t, filepath.Join(t.TempDir(), "bridge.db"), true)
+	err := b.db.Update(context.Background(), func(tx store.Tx) error {
+		for _, e := range []store.Effect{
+			{Queue: "slack/R1", Payload: []byte(`{}`)},
+			{Queue: "slack/R2", Payload: []byte(`{}`), Span: 5},
+			{Queue: "feishu/R3", Payload: []byte(`{}`)},
+		} {
+			if err := store.Enqueue(tx, &e); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, scrape(t, b.m), map[string]float64{
+		"roombridge_outbox_depth{surface=slack}":  6,
+		"roombridge_outbox_depth{surface=feishu}": 1,
+	})
+}

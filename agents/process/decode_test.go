@@ -3,6 +3,7 @@ package process
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -272,5 +273,37 @@ func TestCodexDecoderLive(t *testing.T) {
 	}
 	if !slices.EqualFunc(got, want, eventEqual) {
 		t.Errorf("\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// TestSessionLostOnlyBeforeTheSessionStarts: a resume whose session is gone
+// ends with "No conversation found" before any init (Claude Code) or "no
+// rollout found" with no thread.started (Codex): the session is lost. The
+// same words once the session started are an error of the turn, never a
+// lost session (which would start the request over in a new one).
+func TestSessionLostOnlyBeforeTheSessionStarts(t *testing.T) {
+	gone := `{"type":"result","subtype":"error_during_execution","is_error":true,"errors":["No conversation found with session ID: s1"],"session_id":"s1"}`
+	_, err := (&claudeDecoder{}).decode([]byte(gone))
+	if !errors.Is(err, agents.ErrSessionLost) {
+		t.Errorf("claude, before an init: %v; want ErrSessionLost", err)
+	}
+	d := &claudeDecoder{}
+	if _, err := d.decode([]byte(`{"type":"system","subtype":"init","session_id":"s1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if evs, err := d.decode([]byte(gone)); err != nil || len(evs) != 1 || evs[0].Type != agents.EventError {
+		t.Errorf("claude, after an init: %+v, %v; want the turn's error", evs, err)
+	}
+
+	stderr := "Error: no rollout found for thread id th1"
+	if err := (&codexDecoder{session: "th1"}).end(stderr); !errors.Is(err, agents.ErrSessionLost) {
+		t.Errorf("codex, no thread.started: %v; want ErrSessionLost", err)
+	}
+	c := &codexDecoder{}
+	if _, err := c.decode([]byte(`{"type":"thread.started","thread_id":"th1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.end(stderr); err != nil {
+		t.Errorf("codex, after thread.started: %v; want nothing", err)
 	}
 }
