@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
 	"github.com/roombridge/roombridge/chat"
@@ -263,44 +262,22 @@ func elementID(i int, action string) string {
 // maxTopics bounds the cards whose topic a connector remembers (topics).
 const maxTopics = 10000
 
-// topics remembers the topic of each card the connector posted in one (the
+// keepTopic remembers the topic of a card the connector posted in one (the
 // topic's root message; a root card is its own topic), so that Update
 // renders a card again naming the same topic in its buttons: the clicks on
 // a re-rendered card (an approval card's time-left notice keeps its
 // buttons) keep their order with the topic's replies. It is in memory and
-// bounded (the oldest forgotten first): a card posted by an earlier
-// process, or forgotten, is updated without a topic, and its clicks then
-// keep their order per card only.
-type topics struct {
-	mu    sync.Mutex
-	of    map[string]string // message ID → topic
-	order []string          // the keys of of, oldest first
-}
-
-// keep records that card msgID is in topic.
-func (t *topics) keep(msgID, topic string) {
-	if msgID == "" || topic == "" {
-		return
+// bounded (maxTopics, the oldest forgotten first): a card posted by an
+// earlier process, or forgotten, is updated without a topic, and its
+// clicks then keep their order per card only.
+func (c *Connector) keepTopic(msgID, topic string) {
+	if msgID != "" && topic != "" {
+		c.topics.Put(msgID, topic)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.of == nil {
-		t.of = map[string]string{}
-	}
-	if _, ok := t.of[msgID]; ok {
-		return
-	}
-	for len(t.order) >= maxTopics {
-		delete(t.of, t.order[0])
-		t.order = t.order[1:]
-	}
-	t.of[msgID] = topic
-	t.order = append(t.order, msgID)
 }
 
 // topic returns the topic card msgID was posted in ("": unknown).
-func (t *topics) topic(msgID string) string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.of[msgID]
+func (c *Connector) topic(msgID string) string {
+	t, _ := c.topics.Get(msgID)
+	return t
 }

@@ -40,6 +40,7 @@ import (
 	"github.com/roombridge/roombridge/connectors/ratelimit"
 	"github.com/roombridge/roombridge/internal/handled"
 	"github.com/roombridge/roombridge/internal/lanes"
+	"github.com/roombridge/roombridge/internal/recent"
 )
 
 // Modes of receiving events.
@@ -134,7 +135,7 @@ type Connector struct {
 	wg       sync.WaitGroup     // notices outliving their event (track)
 	trackMu  sync.Mutex         // orders track's wg.Add and submit's queueing before Run's last decrement of running
 	answered *handled.Set       // events the core answered, and whether they were told (pool.go)
-	topics   topics             // the topic of each card posted in one (Update)
+	topics   *recent.Map        // the topic of each card posted in one (Update)
 
 	perChat *ratelimit.Spacer // sends into one chat, from their starts (chatFloor); key: chat ID (p2p: p2pChats.key)
 	p2p     p2pChats          // the p2p chat of each user, for perChat's key
@@ -219,6 +220,7 @@ func New(o Options) (*Connector, error) {
 		perAPI:  ratelimit.NewKeyed(pace(o.Limits.PerApp), 1),
 		botID:   o.BotOpenID,
 		live:    newLiveCards(),
+		topics:  recent.New(maxTopics),
 		queue:   lanes.New[*job](o.Queue),
 
 		answered: handled.New(answeredKeep, o.Clock),
@@ -318,7 +320,7 @@ func (c *Connector) StartThread(ctx context.Context, channel string, m chat.Mess
 	if err != nil {
 		return chat.ThreadRef{}, chat.MessageRef{}, err
 	}
-	c.topics.keep(id, id) // the root of its own topic
+	c.keepTopic(id, id) // the root of its own topic
 	return chat.ThreadRef{Surface: chat.Feishu, Channel: channel, ID: id},
 		chat.MessageRef{Surface: chat.Feishu, Channel: channel, ID: id}, nil
 }
@@ -334,7 +336,7 @@ func (c *Connector) Reply(ctx context.Context, t chat.ThreadRef, m chat.Message)
 		return chat.MessageRef{}, err
 	}
 	if m.Card != nil {
-		c.topics.keep(id, t.ID)
+		c.keepTopic(id, t.ID)
 	}
 	return chat.MessageRef{Surface: chat.Feishu, Channel: t.Channel, ID: id}, nil
 }
@@ -344,7 +346,7 @@ func (c *Connector) Reply(ctx context.Context, t chat.ThreadRef, m chat.Message)
 // topic the card was posted in (topics). Edits of one message are spaced by
 // EditEvery; the outbox coalesces the ones that wait.
 func (c *Connector) Update(ctx context.Context, ref chat.MessageRef, m chat.Message) error {
-	content, err := cardContent(m, c.topics.topic(ref.ID))
+	content, err := cardContent(m, c.topic(ref.ID))
 	if err != nil {
 		return err
 	}

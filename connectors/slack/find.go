@@ -97,7 +97,7 @@ func (c *Connector) FindPosted(ctx context.Context, l chat.Lookup) (chat.Message
 
 // posted reports whether m is the post of the message whose key is key: it carries key in its
 // metadata, or shares the file of a long text (long.go). A part of a split message is remembered
-// (parts), so that the post of the message skips it.
+// (keepPart), so that the post of the message skips it.
 func (c *Connector) posted(m slackgo.Message, key string) bool {
 	k, _ := m.Metadata.EventPayload["key"].(string)
 	if m.Metadata.EventType == metadataType {
@@ -105,7 +105,7 @@ func (c *Connector) posted(m slackgo.Message, key string) bool {
 			return true
 		}
 		if strings.HasPrefix(k, key+"#") {
-			c.sent.keep(k, m.Timestamp)
+			c.keepPart(k, m.Timestamp)
 		}
 	}
 	return slices.ContainsFunc(m.Files, func(f slackgo.File) bool { return longtext.IsFileOf(f.Name, key) })

@@ -16,15 +16,7 @@ import (
 // text of each post), keeps a card's buttons, and loses no text of a long message: its parts are
 // the whole text, or a file is.
 func TestRenderedWithinSlackLimits(t *testing.T) {
-	for seed := range uint64(4) { // 400 messages: 4 seeds of 100
-		g := cardtest.New(seed)
-		for i := range 100 {
-			m := g.Message()
-			if err := checkSlack(m); err != nil {
-				t.Fatalf("seed %d, message %d (%s): %v", seed, i, m.Kind, err)
-			}
-		}
-	}
+	cardtest.Check(t, checkSlack)
 }
 
 // checkSlack renders m as the connector posts it and checks every limit.

@@ -3,8 +3,6 @@ package slack
 import (
 	"context"
 	"fmt"
-	"strings"
-	"sync"
 
 	slackgo "github.com/slack-go/slack"
 
@@ -24,50 +22,12 @@ import (
 // maxRemembered bounds the posts of split messages the connector remembers.
 const maxRemembered = 10000
 
-// parts remembers the posts made (or found) of split messages whose last post has not gone out yet:
-// post key → ts. In memory: after a restart, the outbox's lookup of the effect in doubt finds them
-// again (FindPosted).
-type parts struct {
-	mu    sync.Mutex
-	ts    map[string]string
-	order []string
-}
-
-func (p *parts) get(key string) (string, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ts, ok := p.ts[key]
-	return ts, ok
-}
-
-func (p *parts) keep(key, ts string) {
-	if key == "" {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ts == nil {
-		p.ts = map[string]string{}
-	}
-	if _, ok := p.ts[key]; ok {
-		return
-	}
-	for len(p.order) >= maxRemembered {
-		delete(p.ts, p.order[0])
-		p.order = p.order[1:]
-	}
-	p.ts[key] = ts
-	p.order = append(p.order, key)
-}
-
-// done forgets the posts of the message whose key is key.
-func (p *parts) done(key string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for k := range p.ts {
-		if strings.HasPrefix(k, key+"#") {
-			delete(p.ts, k)
-		}
+// keepPart remembers a post made (or found) of a split message whose last post has not gone out
+// yet (Connector.sent: post key → ts). In memory: after a restart, the outbox's lookup of the effect
+// in doubt finds them again (FindPosted).
+func (c *Connector) keepPart(key, ts string) {
+	if key != "" {
+		c.sent.Put(key, ts)
 	}
 }
 
@@ -108,7 +68,7 @@ func (c *Connector) postPlan(ctx context.Context, channel, thread string, m chat
 	for i, text := range p.Parts {
 		part := m
 		part.Text, part.IdempotencyKey = text, longtext.Key(m.IdempotencyKey, i, len(p.Parts))
-		if prev, ok := c.sent.get(part.IdempotencyKey); ok && part.IdempotencyKey != m.IdempotencyKey {
+		if prev, ok := c.sent.Get(part.IdempotencyKey); ok && part.IdempotencyKey != m.IdempotencyKey {
 			ts = prev
 			continue
 		}
@@ -124,10 +84,10 @@ func (c *Connector) postPlan(ctx context.Context, channel, thread string, m chat
 			return "", err
 		}
 		if i < len(p.Parts)-1 {
-			c.sent.keep(part.IdempotencyKey, ts)
+			c.keepPart(part.IdempotencyKey, ts)
 		}
 	}
-	c.sent.done(m.IdempotencyKey)
+	c.sent.DeletePrefix(m.IdempotencyKey + "#") // its parts: the message went out whole
 	return ts, nil
 }
 

@@ -52,6 +52,7 @@ import (
 	"github.com/roombridge/roombridge/clock"
 	"github.com/roombridge/roombridge/connectors/ratelimit"
 	"github.com/roombridge/roombridge/internal/handled"
+	"github.com/roombridge/roombridge/internal/recent"
 )
 
 // Modes of receiving events.
@@ -203,7 +204,7 @@ type Connector struct {
 	botUser atomic.Pointer[string] // the bot's user ID, from auth.test
 	team    atomic.Pointer[string] // the workspace's ID, from auth.test
 	live    *streams               // live messages (stream.go)
-	sent    parts                  // posts of split messages (long.go)
+	sent    *recent.Map            // posts of split messages (long.go)
 
 	dmMu sync.Mutex
 	dms  map[string]string // user ID → DM channel ID
@@ -259,6 +260,7 @@ func New(opts Options) (*Connector, error) {
 		reads:   rate.NewLimiter(rate.Every(opts.UpdateEvery), opts.UpdateBurst),
 		dms:     map[string]string{},
 		live:    newStreams(),
+		sent:    recent.New(maxRemembered),
 	}
 	c.inbound = newPool(opts.Workers, opts.Queue, opts.AckBudget, handled.New(answeredKeep, opts.Clock), log, c.respond)
 	return c, nil

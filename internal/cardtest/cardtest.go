@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/roombridge/roombridge/approvals"
@@ -22,6 +23,22 @@ type Gen struct{ r *rand.Rand }
 
 // New returns a generator seeded with seed.
 func New(seed uint64) *Gen { return &Gen{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))} }
+
+// Check holds check to the messages of seeds 0 to 3, 100 each (the same
+// 400 in every run), and fails t at the first error, naming the seed, the
+// message and its kind.
+func Check(t testing.TB, check func(chat.Message) error) {
+	t.Helper()
+	for seed := range uint64(4) {
+		g := New(seed)
+		for i := range 100 {
+			m := g.Message()
+			if err := check(m); err != nil {
+				t.Fatalf("seed %d, message %d (%s): %v", seed, i, m.Kind, err)
+			}
+		}
+	}
+}
 
 // pieces are what random text is made of.
 var pieces = []string{
