@@ -158,10 +158,7 @@ func PlainText(text string) string {
 		case "!":
 			return special(target, label)
 		}
-		if label == "" || label == target || strings.HasSuffix(target, ":"+label) || strings.HasSuffix(target, "//"+label) {
-			return strings.TrimPrefix(target, "mailto:")
-		}
-		return label + " (" + target + ")"
+		return chat.LinkText(label, target)
 	})
 	return strings.TrimSpace(unescape.Replace(s))
 }
