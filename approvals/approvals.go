@@ -205,6 +205,9 @@ var (
 	ErrUnknownRoom = errors.New("unknown room")
 	// ErrBadUser: the text is not a user (surface:id).
 	ErrBadUser = errors.New("malformed user")
+	// ErrStale: a click on a card of an approval that changed since it
+	// was shown (its request's ask was edited).
+	ErrStale = errors.New("stale card")
 )
 
 // ParseID parses an approval ID: a request ID, full or short (R-07, today's),

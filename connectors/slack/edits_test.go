@@ -98,7 +98,8 @@ func (h *harness) repliesWith(ts, s string) int {
 // An ask edited before it starts: the request asks the new text (escaped
 // entities restored, the bot's mention and the agent's name taken off),
 // the edit is audited, the thread says it and the parent and the pending
-// approval card show the new text; the agent, once approved, works on the
+// approval card show the new text (a click on the card as it was is
+// refused); the agent, once approved, works on the
 // latest text. An edit delivered again after a later one is not applied
 // again.
 func TestEditedAskBeforeItStarts(t *testing.T) {
@@ -140,6 +141,18 @@ func TestEditedAskBeforeItStarts(t *testing.T) {
 				t.Errorf("the approval card does not show the edited ask (a new version): %s", card.BlocksJSON)
 			}
 
+			// A click on the card as it was before the edit is refused:
+			// nobody approves a text they were not shown.
+			h.click(slacktest.BlockActionsPayload(owner, channel, card.TS, parent.TS, "approval:"+id+":1", "approve", id))
+			h.waitFake("the stale click refused", func(s *slacktest.Server) bool {
+				return slices.ContainsFunc(s.Ephemerals(), func(e slacktest.Message) bool {
+					return e.User == owner && strings.Contains(e.Text, "edited after this card was shown")
+				})
+			})
+			if r := h.requests()[0]; r.State != requests.Pending {
+				t.Errorf("a stale click made the request %s", r.State)
+			}
+
 			// A second edit, then the first delivered again after a restart
 			// (the connector's memory of answered events gone): the
 			// store's dedupe key keeps it from taking the ask back.
@@ -147,6 +160,10 @@ func TestEditedAskBeforeItStarts(t *testing.T) {
 			h.waitStore("the second edit applied", func() bool { return h.requests()[0].Ask == "say "+third && h.outboxEmpty() })
 			h.restart()
 			h.deliver(edit)
+			card, _ = h.fake.Message(channel, card.TS)
+			if b := actionsBlockID(t, card); b != "approval:"+id+":3" {
+				t.Errorf("the card after the second edit has block %s, want version 3", b)
+			}
 			h.click(slacktest.BlockActionsPayload(owner, channel, card.TS, parent.TS, actionsBlockID(t, card), "approve", id))
 			h.waitStore("the request done", func() bool {
 				rs, _ := h.svc.List(h.ctx(), requests.Filter{State: requests.Done})
