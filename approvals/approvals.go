@@ -205,6 +205,9 @@ var (
 	ErrUnknownRoom = errors.New("unknown room")
 	// ErrBadUser: the text is not a user (surface:id).
 	ErrBadUser = errors.New("malformed user")
+	// ErrStale: a click on a card of an approval that changed since it
+	// was shown (its request's ask was edited).
+	ErrStale = errors.New("stale card")
 )
 
 // ParseID parses an approval ID: a request ID, full or short (R-07, today's),
@@ -346,8 +349,29 @@ func (s *Service) Observe(tx store.Tx, before, after *requests.Request) error {
 		return s.withdrawTx(tx, after, ended(after))
 	case after.CancelRequested && !before.CancelRequested:
 		return s.withdrawTx(tx, after, "the request's cancel was asked")
+	case after.State == requests.Pending && after.Ask != before.Ask:
+		return s.askEditedTx(tx, after)
 	}
 	return nil
+}
+
+// askEditedTx shows the edited ask of pending request r on its approval's
+// cards (a new version: a new block_id, as Block Kit wants of a changed
+// card), so that approvers decide on what will run.
+func (s *Service) askEditedTx(tx store.Tx, r *requests.Request) error {
+	a, err := getTx(tx, ref{req: r.ID})
+	if errors.Is(err, ErrUnknown) {
+		return nil
+	}
+	if err != nil || a.State != Pending {
+		return err
+	}
+	after := *a
+	after.Action, after.Version = r.Ask, a.Version+1
+	if err := updateCardsTx(tx, &after, Card(&after)); err != nil {
+		return err
+	}
+	return putTx(tx, a, &after, nil)
 }
 
 // ended says how a request ended, for a withdrawn approval's card.

@@ -68,6 +68,14 @@ func refuse(kind error, format string, args ...any) error {
 // → cancelled, "denied by X"), with its audit record, in the same
 // transaction; every copy of the card is updated through the outbox.
 func (s *Service) Decide(ctx context.Context, id string, v Verdict, actor, surface string) (*Approval, error) {
+	return s.decide(ctx, id, v, actor, surface, 0)
+}
+
+// decide is Decide by a click on the card of version shown (0: not a
+// click): a click on a card the approval has changed since while it waits
+// (its request's ask was edited: askEditedTx) is refused, so that nobody
+// approves a text they were not shown.
+func (s *Service) decide(ctx context.Context, id string, v Verdict, actor, surface string, shown int64) (*Approval, error) {
 	r, err := parseRef(id, s.now())
 	if err != nil {
 		return nil, s.refuseOutside(ctx, "", actor, surface, actionDecisionRefused, fmt.Sprintf("%s %s", v, id), err)
@@ -87,6 +95,11 @@ func (s *Service) Decide(ctx context.Context, id string, v Verdict, actor, surfa
 		}
 		if err != nil {
 			return err
+		}
+		if shown > 0 && shown < a.Version && a.State == Pending {
+			refused = refuse(ErrStale, "%s's ask was edited after this card was shown: look at its card again, then decide", a.ID)
+			out = a
+			return auditRefusalTx(tx, now, a.RequestID.String(), actor, surface, actionDecisionRefused, fmt.Sprintf("%s %s", v, a.ID), refused)
 		}
 		out, refused, err = s.decideTx(tx, a, v, actor, surface, now)
 		return err
@@ -109,7 +122,7 @@ func (s *Service) Click(ctx context.Context, c *chat.ClickAction, actor, surface
 	if c == nil {
 		return nil, s.refuseOutside(ctx, "", actor, surface, actionDecisionRefused, "click", errors.New("the click carries no button"))
 	}
-	id, _, ok := parseBlockID(c.BlockID)
+	id, shown, ok := parseBlockID(c.BlockID)
 	if !ok || c.Value != id {
 		return nil, s.refuseOutside(ctx, "", actor, surface, actionDecisionRefused, "click",
 			fmt.Errorf("the button (block %q, value %q) does not decide an approval", c.BlockID, c.Value))
@@ -118,7 +131,7 @@ func (s *Service) Click(ctx context.Context, c *chat.ClickAction, actor, surface
 	if err != nil {
 		return nil, s.refuseOutside(ctx, "", actor, surface, actionDecisionRefused, "click "+id, err)
 	}
-	return s.Decide(ctx, id, v, actor, surface)
+	return s.decide(ctx, id, v, actor, surface, shown)
 }
 
 // decideTx is Decide on approval a inside tx. It returns the approval as it

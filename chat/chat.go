@@ -97,6 +97,13 @@ const (
 	Click EventKind = "click"
 	// Command: a typed command ("approve R-07", "cancel R-07", "inbox").
 	Command EventKind = "command"
+	// Edit: the asker edited the message of an ask (Message names it;
+	// Text is its new text, read as an ask's).
+	Edit EventKind = "edit"
+	// Delete: the message of an ask was deleted (Slack) or recalled
+	// (Feishu); Message names it. User is who deleted it, "" when the
+	// platform does not say.
+	Delete EventKind = "delete"
 	// Refused: an inbound webhook the connector refused before anything
 	// reached the core (a forged signature, a stale timestamp, an oversize
 	// or malformed body); it has already answered the sender. Text says
@@ -122,8 +129,14 @@ type Event struct {
 	Channel string
 	// User is the actor, written surface:id.
 	User string
-	// Text is the message text with the bot mention removed.
+	// Text is the message text as people read it (chat behaviour in
+	// docs/design.md): the bot's mention removed, other mentions and links
+	// written out, entities unescaped.
 	Text string
+	// Message is the platform's ID of the message an Ask, Edit or Delete
+	// is about (Slack's ts, Feishu's message_id; "" if none): an edit or
+	// deletion names the ask's message by it.
+	Message string
 	// Thread is set for replies and clicks inside a thread.
 	Thread *ThreadRef
 	// Click is set for Click events.

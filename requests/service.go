@@ -104,6 +104,9 @@ type Ask struct {
 	DelegatedBy ID
 	// EventKey dedupes inbound platform events (e.g. "slack:Ev123").
 	EventKey string
+	// Origin names the chat message that asked ("slack:C1/1700.000100",
+	// Origin), so that its edit or deletion finds the request (OriginTx).
+	Origin string
 	// Approved creates the request approved whatever its requester (for
 	// delegated asks, whose root was approved already).
 	Approved bool
@@ -185,6 +188,9 @@ func (s *Service) createTx(tx store.Tx, a Ask, refs []ID, inherit bool) (*Reques
 		r.State = Approved
 	}
 	if err := s.write(tx, nil, r, nil); err != nil {
+		return nil, err
+	}
+	if err := s.rememberOrigin(tx, a.Origin, r.ID, now); err != nil {
 		return nil, err
 	}
 	detail := clip.Text(a.Text, 200, clip.Bytes)

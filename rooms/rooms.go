@@ -118,6 +118,8 @@ func (rt *Router) Handle(ctx context.Context, ev chat.Event) chat.Response {
 		}
 	case chat.Reply:
 		msg, err = rt.reply(ctx, ev)
+	case chat.Edit, chat.Delete:
+		err = rt.askChanged(ctx, ev)
 	default:
 		err = fmt.Errorf("unsupported event %q", ev.Kind)
 	}
@@ -155,7 +157,11 @@ func (rt *Router) Ask(ctx context.Context, ev chat.Event) (*requests.Request, er
 	if strings.TrimSpace(text) == "" {
 		return nil, fmt.Errorf("the ask for %s is empty", agent)
 	}
-	return rt.svc.Create(ctx, requests.Ask{Agent: agent, Room: room.Name, Surface: ev.Surface, User: ev.User, Text: text, EventKey: eventKey(ev)})
+	a := requests.Ask{Agent: agent, Room: room.Name, Surface: ev.Surface, User: ev.User, Text: text, EventKey: eventKey(ev)}
+	if ev.Message != "" {
+		a.Origin = requests.Origin(ev.Surface, ev.Channel, ev.Message)
+	}
+	return rt.svc.Create(ctx, a)
 }
 
 // eventKey is the key that deduplicates ev's redeliveries (as

@@ -29,6 +29,10 @@ var Permissions = []Permission{
 // callback, subscription).
 const Event = "im.message.receive_v1"
 
+// RecallEvent is the event of a recalled message: with it, recalling an ask
+// that has not started cancels its request (docs/design.md, chat behaviour).
+const RecallEvent = "im.message.recalled_v1"
+
 // Callback is the callback subscription the connector handles: button
 // presses on its cards.
 const Callback = "card.action.trigger"
@@ -53,10 +57,11 @@ func Setup(mode, baseURL string) string {
 		url = strings.TrimSuffix(baseURL, "/") + "/feishu/events"
 	}
 	if mode == ModeCallback {
-		fmt.Fprintf(&b, "  Events & Callbacks → Event configuration: request URL %s, add the event %s\n", url, Event)
+		fmt.Fprintf(&b, "  Events & Callbacks → Event configuration: request URL %s, add the events %s and %s\n", url, Event, RecallEvent)
 	} else {
-		fmt.Fprintf(&b, "  Events & Callbacks → Event configuration: receive events through the long connection, add the event %s\n", Event)
+		fmt.Fprintf(&b, "  Events & Callbacks → Event configuration: receive events through the long connection, add the events %s and %s\n", Event, RecallEvent)
 	}
+	b.WriteString("    (the second: recalling an ask that has not started cancels it)\n")
 	fmt.Fprintf(&b, "  Events & Callbacks → Callback configuration: request URL %s, add the callback %s\n", url, Callback)
 	b.WriteString("    (card clicks: the long connection's SDK drops card frames, so point the callback at the HTTP route and set feishu.verification_token_file)\n")
 	b.WriteString("  Then publish a version, and add the bot to each room's chat.\n")

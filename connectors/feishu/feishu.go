@@ -228,6 +228,7 @@ func New(o Options) (*Connector, error) {
 	// One dispatcher serves both modes (ws frames and verified HTTP bodies).
 	c.disp = dispatcher.NewEventDispatcher(o.VerificationToken, o.EncryptKey).
 		OnP2MessageReceiveV1(c.onMessage).
+		OnP2MessageRecalledV1(c.onRecalled).
 		OnP2CardActionTrigger(c.onCardAction)
 	c.disp.InitConfig(larkevent.WithLogger(sdkLog), larkevent.WithLogLevel(larkcore.LogLevelWarn))
 	return c, nil

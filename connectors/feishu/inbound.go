@@ -126,6 +126,7 @@ func (c *Connector) toEvent(ctx context.Context, ev *larkim.P2MessageReceiveV1) 
 		Channel: *msg.ChatId,
 		User:    chat.Feishu + ":" + *sender.SenderId.OpenId,
 		Text:    messageText(str(msg.MessageType), str(msg.Content), mentions),
+		Message: *msg.MessageId,
 	}
 	if ev.EventV2Base != nil && ev.EventV2Base.Header != nil {
 		in.ID = ev.EventV2Base.Header.EventID
@@ -150,8 +151,11 @@ type mention struct {
 	bot       bool
 }
 
+// atAll is how Feishu writes a mention of everyone in a message's text.
+const atAll = "@_all"
+
 // messageText extracts the text of a text or post message, with the bot's
-// mention removed and other mentions written as @name.
+// mention removed, other mentions written as @name, everyone's as @all.
 func messageText(msgType, content string, mentions []mention) string {
 	var raw string
 	switch msgType {
@@ -170,12 +174,15 @@ func messageText(msgType, content string, mentions []mention) string {
 	slices.SortFunc(mentions, func(a, b mention) int { return len(b.key) - len(a.key) })
 	for _, m := range mentions {
 		with := "@" + m.name
-		if m.bot {
+		switch {
+		case m.bot:
 			with = ""
+		case m.key == atAll:
+			continue
 		}
 		raw = strings.ReplaceAll(raw, m.key, with)
 	}
-	return strings.Join(strings.Fields(raw), " ")
+	return strings.Join(strings.Fields(strings.ReplaceAll(raw, atAll, "@all")), " ")
 }
 
 // postText flattens a post (rich text) message: text, links and mentions.
@@ -185,6 +192,7 @@ func postText(content string) string {
 		Content [][]struct {
 			Tag    string `json:"tag"`
 			Text   string `json:"text"`
+			Href   string `json:"href"`
 			UserID string `json:"user_id"`
 		} `json:"content"`
 	}
@@ -196,9 +204,14 @@ func postText(content string) string {
 		var b strings.Builder
 		for _, el := range para {
 			switch el.Tag {
-			case "text", "a", "code_block", "md":
+			case "text", "code_block", "md":
 				b.WriteString(el.Text)
+			case "a":
+				b.WriteString(chat.LinkText(el.Text, el.Href))
 			case "at":
+				if el.UserID == "all" {
+					el.UserID = atAll
+				}
 				b.WriteString(" " + el.UserID + " ")
 			}
 		}

@@ -40,26 +40,30 @@ func reply(id, channel, user, text, thread string) chat.Event {
 		Thread: &chat.ThreadRef{Surface: chat.Slack, Channel: channel, ID: thread}}
 }
 
-func ask(id, channel, user, text string) chat.Event {
-	return chat.Event{Kind: chat.Ask, Surface: chat.Slack, ID: id, Channel: channel, User: "slack:" + user, Text: text}
+func ask(id, channel, user, text, ts string) chat.Event {
+	return chat.Event{Kind: chat.Ask, Surface: chat.Slack, ID: id, Channel: channel, User: "slack:" + user, Text: text, Message: ts}
 }
 
 // corpusWants covers every inbound file of the corpus (a file missing here
 // fails the test). Inner events are wrapped in an event_callback whose
 // event_id is "Ev-" and the file's name.
 var corpusWants = map[string]corpusWant{
-	"events/app_mention_action_token.json": {200, []chat.Event{ask("Ev08MFMKH6", "C0LAN2Q65", "UXXXXXXX1", "search slack")}},
+	"events/app_mention_action_token.json": {200, []chat.Event{ask("Ev08MFMKH6", "C0LAN2Q65", "UXXXXXXX1", "search slack", "1515449522.000016")}},
 	// No channel and no text: nothing to answer, nowhere to answer it.
 	"events/app_mention_no_text.json": {200, nil},
 	"events/url_verification.json":    {200, nil},
 	"events/app_rate_limited.json":    {200, nil},
 	"events/inner/app_mention_thread_ts_is_ts.json": {200, []chat.Event{
-		ask("Ev-app_mention_thread_ts_is_ts", "C0LAN2Q65", "U061F7AUR", "is it everything a river should be?")}},
+		ask("Ev-app_mention_thread_ts_is_ts", "C0LAN2Q65", "U061F7AUR", "is it everything a river should be?", "1515449522.000016")}},
 	"events/inner/app_mention_action_token.json": {200, []chat.Event{
-		ask("Ev-app_mention_action_token", "C0LAN2Q65", "U061F7AUR", "search slack")}},
-	"events/inner/message_changed.json":       {200, nil},
-	"events/inner/message_changed_rtm.json":   {200, nil},
-	"events/inner/message_deleted.json":       {200, nil},
+		ask("Ev-app_mention_action_token", "C0LAN2Q65", "U061F7AUR", "search slack", "1515449522.000016")}},
+	// Edits and deletions of top-level messages: the core follows an ask's.
+	"events/inner/message_changed.json": {200, []chat.Event{{Kind: chat.Edit, Surface: chat.Slack, ID: "Ev-message_changed",
+		Channel: "G024BE91L", User: "slack:U123ABC456", Text: "Live long and prospect.", Message: "1355517523.000005"}}},
+	"events/inner/message_changed_rtm.json": {200, []chat.Event{{Kind: chat.Edit, Surface: chat.Slack, ID: "Ev-message_changed_rtm",
+		Channel: "C2147483705", User: "slack:U2147483697", Text: "Hello, world!", Message: "1355517523.000005"}}},
+	"events/inner/message_deleted.json": {200, []chat.Event{{Kind: chat.Delete, Surface: chat.Slack, ID: "Ev-message_deleted",
+		Channel: "C2147483705", Message: "1358878749.000002"}}},
 	"events/inner/bot_message.json":           {200, nil},
 	"events/inner/message_simple.json":        {200, nil}, // top-level chatter
 	"events/inner/message_thread_parent.json": {200, nil},

@@ -141,10 +141,14 @@ func checkEvent(t *testing.T, ev chat.Event) {
 	if ev.Surface != chat.Slack {
 		t.Fatalf("event of surface %q", ev.Surface)
 	}
-	if user, ok := strings.CutPrefix(ev.User, chat.Slack+":"); !ok || user == "" {
-		t.Fatalf("event user %q: want slack:<id>", ev.User)
+	if user, ok := strings.CutPrefix(ev.User, chat.Slack+":"); (!ok || user == "") && (ev.Kind != chat.Delete || ev.User != "") {
+		t.Fatalf("event user %q: want slack:<id> (or none: a deletion)", ev.User)
 	}
 	switch ev.Kind {
+	case chat.Edit, chat.Delete:
+		if ev.Message == "" || ev.Channel == "" || ev.Thread != nil || ev.Click != nil {
+			t.Fatalf("%s without its message: %+v", ev.Kind, ev)
+		}
 	case chat.Ask:
 		if ev.Thread != nil || ev.Click != nil {
 			t.Fatalf("ask with a thread or click: %+v", ev)

@@ -23,9 +23,13 @@ import (
 //   - a block_actions interaction is a Click per action, naming the card's
 //     block_id, the button and the clicked message.
 //
-// Everything else (edits, deletions, joins, the bot's own posts, top-level
-// chatter, and events that name no channel: nowhere to answer them) is
-// acknowledged and dropped.
+//   - the edit (message_changed) or deletion (message_deleted) of a
+//     top-level message is an Edit or a Delete naming the message's ts; the
+//     core follows those of an ask's message.
+//
+// Everything else (joins, the bot's own posts, edits and deletions of
+// replies, top-level chatter, and events that name no channel: nowhere to
+// answer them) is acknowledged and dropped.
 
 // fromEventsAPI translates an Events API callback; ok is false for events
 // the bridge does not act on.
@@ -52,9 +56,11 @@ func (c *Connector) fromEventsAPI(ev slackevents.EventsAPIEvent) (chat.Event, bo
 			return chat.Event{}, false
 		}
 		return chat.Event{Kind: chat.Ask, Surface: chat.Slack, ID: cb.EventID, Channel: e.Channel,
-			User: chat.Slack + ":" + e.User, Text: PlainText(stripMention(e.Text, bot))}, true
+			User: chat.Slack + ":" + e.User, Text: PlainText(stripMention(e.Text, bot)), Message: e.TimeStamp}, true
 	case *slackevents.MessageEvent:
 		switch e.SubType {
+		case "message_changed", "message_deleted":
+			return askChange(e, cb.EventID, bot)
 		case "", "thread_broadcast", "file_share":
 		default:
 			return chat.Event{}, false
@@ -67,6 +73,34 @@ func (c *Connector) fromEventsAPI(ev slackevents.EventsAPIEvent) (chat.Event, bo
 			Thread: &chat.ThreadRef{Surface: chat.Slack, Channel: e.Channel, ID: e.ThreadTimeStamp}}, true
 	}
 	return chat.Event{}, false
+}
+
+// askChange translates the edit (message_changed) or the deletion
+// (message_deleted) of a top-level message by a person: the core follows
+// those of an ask. A message_changed without an edit (an unfurl, a reply
+// count) or that leaves the text as it was is dropped. Slack does not say
+// who deleted a message: a deletion names nobody.
+func askChange(e *slackevents.MessageEvent, eventID, bot string) (chat.Event, bool) {
+	ev := chat.Event{Surface: chat.Slack, ID: eventID, Channel: e.Channel}
+	if e.Channel == "" {
+		return ev, false
+	}
+	if e.SubType == "message_deleted" {
+		prev := e.PreviousMessage
+		if e.DeletedTimeStamp == "" || prev != nil && (prev.BotID != "" || prev.User == bot || inThread(prev.ThreadTimestamp, prev.Timestamp)) {
+			return ev, false
+		}
+		ev.Kind, ev.Message = chat.Delete, e.DeletedTimeStamp
+		return ev, true
+	}
+	m := e.Message
+	if m == nil || m.Edited == nil || m.User == "" || m.BotID != "" || m.User == bot || m.Timestamp == "" ||
+		inThread(m.ThreadTimestamp, m.Timestamp) || e.PreviousMessage != nil && e.PreviousMessage.Text == m.Text {
+		return ev, false
+	}
+	ev.Kind, ev.Message = chat.Edit, m.Timestamp
+	ev.User, ev.Text = chat.Slack+":"+m.User, PlainText(stripMention(m.Text, bot))
+	return ev, true
 }
 
 // inThread reports whether a message with ts and threadTS is a reply (a

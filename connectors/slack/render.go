@@ -164,30 +164,50 @@ var slackMarkup = regexp.MustCompile(`<([@#!]?)([^<>|]*)(?:\|([^<>]*))?>`)
 // unescape undoes Slack's escaping of &, < and > in message text.
 var unescape = strings.NewReplacer("&lt;", "<", "&gt;", ">", "&amp;", "&")
 
-// PlainText turns the text of a Slack message into the bridge's neutral text:
-// user mentions become slack:U…, channels #name, links their URL, and
-// escaped characters are restored.
+// PlainText turns the text of a Slack message into the text people read
+// (docs/design.md, chat behaviour): a person becomes slack:U… (who they
+// are, whatever their name; the bridge writes it back as a mention), a
+// channel #name (#C… without its name), a user group @handle (@S… without
+// it), @here, @channel and @everyone stay, a date its fallback text, a
+// link "label (URL)" or its URL when the label only repeats it, and
+// Slack's escaped &, < and > are restored.
 func PlainText(text string) string {
 	s := slackMarkup.ReplaceAllStringFunc(text, func(m string) string {
 		p := slackMarkup.FindStringSubmatch(m)
+		target, label := p[2], p[3]
 		switch p[1] {
 		case "@":
-			return chat.Slack + ":" + p[2]
+			return chat.Slack + ":" + target
 		case "#":
-			if p[3] != "" {
-				return "#" + p[3]
+			if label != "" {
+				return "#" + label
 			}
-			return "#" + p[2]
+			return "#" + target
 		case "!":
-			if p[3] != "" {
-				return p[3]
-			}
-			name, _, _ := strings.Cut(p[2], "^")
-			return "@" + name
+			return special(target, label)
 		}
-		return p[2]
+		return chat.LinkText(label, target)
 	})
 	return strings.TrimSpace(unescape.Replace(s))
+}
+
+// special renders Slack's <!…> markup: <!here>, <!subteam^S1|@team>,
+// <!date^…|fallback>.
+func special(target, label string) string {
+	name, id, _ := strings.Cut(target, "^")
+	switch name {
+	case "subteam":
+		if label != "" {
+			return "@" + strings.TrimPrefix(label, "@")
+		}
+		return "@" + id
+	case "here", "channel", "everyone":
+		return "@" + name
+	}
+	if label != "" {
+		return label
+	}
+	return "@" + name
 }
 
 // stripMention removes the mentions of bot (its user ID) from a message's

@@ -70,7 +70,7 @@ func TestMrkdwnLimits(t *testing.T) {
 
 func TestPlainText(t *testing.T) {
 	for in, want := range map[string]string{
-		"<@U0BOT> coder fix <#C1|backend> see <https://x.test/a?b=1&amp;c=2|the doc> &lt;3": "slack:U0BOT coder fix #backend see https://x.test/a?b=1&c=2 <3",
+		"<@U0BOT> coder fix <#C1|backend> see <https://x.test/a?b=1&amp;c=2|the doc> &lt;3": "slack:U0BOT coder fix #backend see the doc (https://x.test/a?b=1&c=2) <3",
 		"ping <!here> and <@U2|bob>": "ping @here and slack:U2",
 	} {
 		if got := PlainText(in); got != want {
