@@ -162,7 +162,7 @@ func TestCorpusMessageCallbacks(t *testing.T) {
 	status, reason := serve(h, corpusFile(t, "events/im.message.receive_v1.doc_sample.json"), nil)
 	evs := rec.take(t, status)
 	want := []chat.Event{{Kind: chat.Reply, Surface: chat.Feishu, ID: "5e3702a84e847582be8db7fb73283c02",
-		Channel: "oc_5ce6d572455d361153b7xx51da133945", User: "feishu:ou_84aad35d084aa403a838cf73ee18467", Text: "@Tom hello",
+		Channel: "oc_5ce6d572455d361153b7xx51da133945", User: "feishu:ou_84aad35d084aa403a838cf73ee18467", Text: "@Tom hello", Message: "om_5ce6d572455d361153b7cb51da133945",
 		Thread: &chat.ThreadRef{Surface: chat.Feishu, Channel: "oc_5ce6d572455d361153b7xx51da133945", ID: "om_5ce6d572455d361153b7cb5xxfsdfsdfdsf"}}}
 	if status != http.StatusOK || !reflect.DeepEqual(evs, want) {
 		t.Fatalf("documentation sample: %d %q, events %+v; want 200 and %+v", status, reason, evs, want)

@@ -59,7 +59,7 @@ func TestCorpusOverTheLongConnection(t *testing.T) {
 	b.pushRaw(corpusPayload(t, "events/im.message.receive_v1.doc_sample.json"))
 	chatID := "oc_5ce6d572455d361153b7xx51da133945"
 	want := []chat.Event{{Kind: chat.Reply, Surface: chat.Feishu, ID: "5e3702a84e847582be8db7fb73283c02",
-		Channel: chatID, User: "feishu:ou_84aad35d084aa403a838cf73ee18467", Text: "@Tom hello",
+		Channel: chatID, User: "feishu:ou_84aad35d084aa403a838cf73ee18467", Text: "@Tom hello", Message: "om_5ce6d572455d361153b7cb51da133945",
 		Thread: &chat.ThreadRef{Surface: chat.Feishu, Channel: chatID, ID: "om_5ce6d572455d361153b7cb5xxfsdfsdfdsf"}}}
 	if evs := b.rec.all(); !reflect.DeepEqual(evs, want) {
 		t.Fatalf("events %+v, want %+v", evs, want)

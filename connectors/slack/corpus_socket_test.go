@@ -90,7 +90,7 @@ func TestCorpusSocketFrames(t *testing.T) {
 		}
 	}()
 	mention := chat.Event{Kind: chat.Ask, Surface: chat.Slack, ID: "Ev01JZ2T7S3U", Channel: "redacted",
-		User: "slack:redacted", Text: "slack:U01JKSB8T7Y test"}
+		User: "slack:redacted", Text: "slack:U01JKSB8T7Y test", Message: "1610927831.000200"}
 	for _, tc := range []struct {
 		file   string
 		events []chat.Event // what the core gets before the envelope is acknowledged
