@@ -426,100 +426,122 @@ func (d *Deliverer) finder(ctx context.Context, log *slog.Logger, rt route, se s
 // send performs the effect through rt and returns what to record with its
 // ack; find first looks for a post in doubt.
 func (d *Deliverer) send(ctx context.Context, rt route, e Effect, find findFunc) (func(store.Tx) error, error) {
-	conn := rt.conn
 	switch e.Op {
 	case OpThread:
-		var exists bool
-		if err := d.store.View(ctx, func(tx store.Tx) error {
-			_, err := ThreadRef(tx, e.Surface, e.Request)
-			exists = err == nil
-			if isNotFound(err) {
-				return nil
-			}
-			return err
-		}); err != nil {
-			return nil, err
-		}
-		if exists {
-			return nil, nil // the parent was posted and recorded: never post it again
-		}
-		mref, found, err := find(chat.Lookup{Channel: e.Channel})
-		var tref chat.ThreadRef
-		switch {
-		case err != nil:
-			return nil, err
-		case found:
-			tref = chat.ThreadRef{Surface: e.Surface, Channel: mref.Channel, ID: mref.ID}
-		default:
-			if err = rt.claim(ctx); err != nil {
-				return nil, err
-			}
-			if tref, mref, err = conn.StartThread(ctx, e.Channel, e.Message); err != nil {
-				return nil, err
-			}
-		}
-		return func(tx store.Tx) error {
-			if err := saveThreadRef(tx, e.Request, tref); err != nil {
-				return err
-			}
-			return saveMessageRef(tx, e.Surface, e.Save, mref)
-		}, nil
+		return d.sendThread(ctx, rt, e, find)
 	case OpReply:
-		var tref chat.ThreadRef
-		if err := d.store.View(ctx, func(tx store.Tx) error {
-			var err error
-			tref, err = ThreadRef(tx, e.Surface, e.Request)
-			return err
-		}); err != nil {
-			if isNotFound(err) {
-				return nil, fmt.Errorf("%w: %s has no thread on %s", chat.ErrPermanent, e.Request, e.Surface)
-			}
-			return nil, err
-		}
-		var forget func(store.Tx) error
-		if e.Message.Kind == "final" && d.Live != nil {
-			// The outcome closes the live message(s): it lands in the one
-			// this process streams, else it is posted.
-			var found bool
-			var err error
-			if _, found, forget, err = d.Live.Finish(ctx, e.Surface, e.Request, e.Message); err != nil || found {
-				return forget, err
-			}
-		}
-		return d.reply(ctx, rt, e, tref, find, forget)
+		return d.sendReply(ctx, rt, e, find)
 	case OpUpdate:
-		var mref chat.MessageRef
-		if err := d.store.View(ctx, func(tx store.Tx) error {
-			var err error
-			mref, err = MessageRef(tx, e.Surface, e.Ref)
-			return err
-		}); err != nil {
-			if isNotFound(err) {
-				return nil, fmt.Errorf("%w: no message %s on %s", chat.ErrPermanent, e.Ref, e.Surface)
-			}
-			return nil, err
-		}
-		if err := rt.claim(ctx); err != nil {
-			return nil, err
-		}
-		return nil, conn.Update(ctx, mref, e.Message)
+		return d.sendUpdate(ctx, rt, e)
 	case OpDirect:
-		dm, ok := conn.(chat.DirectMessenger)
-		if !ok {
-			return nil, fmt.Errorf("%w: %s cannot send direct messages", chat.ErrPermanent, e.Surface)
-		}
-		mref, found, err := find(chat.Lookup{User: e.User})
-		if err == nil && !found {
-			if err = rt.claim(ctx); err == nil {
-				mref, err = dm.Direct(ctx, e.User, e.Message)
-			}
-		}
-		if err != nil || e.Save == "" {
-			return nil, err
-		}
-		return func(tx store.Tx) error { return saveMessageRef(tx, e.Surface, e.Save, mref) }, nil
+		return d.sendDirect(ctx, rt, e, find)
 	}
 	return nil, fmt.Errorf("%w: unknown op %q", chat.ErrPermanent, e.Op)
+}
+
+// sendThread posts the parent of e's request's thread, unless it was posted
+// and recorded (never twice) or find finds it, and returns what to record.
+func (d *Deliverer) sendThread(ctx context.Context, rt route, e Effect, find findFunc) (func(store.Tx) error, error) {
+	var exists bool
+	if err := d.store.View(ctx, func(tx store.Tx) error {
+		_, err := ThreadRef(tx, e.Surface, e.Request)
+		exists = err == nil
+		if isNotFound(err) {
+			return nil
+		}
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if exists {
+		return nil, nil // the parent was posted and recorded: never post it again
+	}
+	mref, found, err := find(chat.Lookup{Channel: e.Channel})
+	var tref chat.ThreadRef
+	switch {
+	case err != nil:
+		return nil, err
+	case found:
+		tref = chat.ThreadRef{Surface: e.Surface, Channel: mref.Channel, ID: mref.ID}
+	default:
+		if err = rt.claim(ctx); err != nil {
+			return nil, err
+		}
+		if tref, mref, err = rt.conn.StartThread(ctx, e.Channel, e.Message); err != nil {
+			return nil, err
+		}
+	}
+	return func(tx store.Tx) error {
+		if err := saveThreadRef(tx, e.Request, tref); err != nil {
+			return err
+		}
+		return saveMessageRef(tx, e.Surface, e.Save, mref)
+	}, nil
+}
+
+// sendReply posts e in its request's thread; an outcome closes the live
+// message(s) instead where this process streams one.
+func (d *Deliverer) sendReply(ctx context.Context, rt route, e Effect, find findFunc) (func(store.Tx) error, error) {
+	var tref chat.ThreadRef
+	if err := d.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		tref, err = ThreadRef(tx, e.Surface, e.Request)
+		return err
+	}); err != nil {
+		if isNotFound(err) {
+			return nil, fmt.Errorf("%w: %s has no thread on %s", chat.ErrPermanent, e.Request, e.Surface)
+		}
+		return nil, err
+	}
+	var forget func(store.Tx) error
+	if e.Message.Kind == "final" && d.Live != nil {
+		// The outcome closes the live message(s): it lands in the one
+		// this process streams, else it is posted.
+		var found bool
+		var err error
+		if _, found, forget, err = d.Live.Finish(ctx, e.Surface, e.Request, e.Message); err != nil || found {
+			return forget, err
+		}
+	}
+	return d.reply(ctx, rt, e, tref, find, forget)
+}
+
+// sendUpdate edits the recorded message e.Ref names.
+func (d *Deliverer) sendUpdate(ctx context.Context, rt route, e Effect) (func(store.Tx) error, error) {
+	var mref chat.MessageRef
+	if err := d.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		mref, err = MessageRef(tx, e.Surface, e.Ref)
+		return err
+	}); err != nil {
+		if isNotFound(err) {
+			return nil, fmt.Errorf("%w: no message %s on %s", chat.ErrPermanent, e.Ref, e.Surface)
+		}
+		return nil, err
+	}
+	if err := rt.claim(ctx); err != nil {
+		return nil, err
+	}
+	return nil, rt.conn.Update(ctx, mref, e.Message)
+}
+
+// sendDirect sends e to its user directly (unless find finds it sent) and
+// returns what to record.
+func (d *Deliverer) sendDirect(ctx context.Context, rt route, e Effect, find findFunc) (func(store.Tx) error, error) {
+	dm, ok := rt.conn.(chat.DirectMessenger)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s cannot send direct messages", chat.ErrPermanent, e.Surface)
+	}
+	mref, found, err := find(chat.Lookup{User: e.User})
+	if err == nil && !found {
+		if err = rt.claim(ctx); err == nil {
+			mref, err = dm.Direct(ctx, e.User, e.Message)
+		}
+	}
+	if err != nil || e.Save == "" {
+		return nil, err
+	}
+	return func(tx store.Tx) error { return saveMessageRef(tx, e.Surface, e.Save, mref) }, nil
 }
 
 // reply posts effect e in thread tref (unless find finds it posted) and
