@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/roombridge/roombridge/audit"
-	"github.com/roombridge/roombridge/connectors/slack"
 	"github.com/roombridge/roombridge/connectors/slack/slacktest"
 	"github.com/roombridge/roombridge/requests"
 )
@@ -155,14 +154,12 @@ func TestEditedAskBeforeItStarts(t *testing.T) {
 			}
 
 			// A second edit, then the first delivered again: it does not
-			// take the ask back. Over HTTP the bridge restarts in between
-			// (the connector's memory of answered events gone): the store's
+			// take the ask back. The bridge restarts in between (the
+			// connector's memory of answered events gone): the store's
 			// dedupe key keeps it.
 			h.deliver(h.edit(member, ts, "coder say "+third))
 			h.waitStore("the second edit applied", func() bool { return h.requests()[0].Ask == "say "+third && h.outboxEmpty() })
-			if mode == slack.ModeEvents {
-				h.restart()
-			}
+			h.restart()
 			h.deliver(edit)
 			card, _ = h.fake.Message(channel, card.TS)
 			if b := actionsBlockID(t, card); b != "approval:"+id+":3" {

@@ -197,9 +197,14 @@ func (w wrappedCore) Routes(h chat.Handler) map[string]http.Handler {
 // stop stops the instance.
 func (h *harness) stop() { h.bridge.Stop() }
 
-// restart stops the instance and starts a new one on the same store.
+// restart stops the instance and starts a new one on the same store. In
+// Socket Mode it first waits for the fake to see the old connection closed:
+// the new one is then the only one the fake pushes to.
 func (h *harness) restart() {
 	h.stop()
+	if h.s.mode == slack.ModeSocket {
+		h.waitFake("the old socket mode connection closed", func(s *slacktest.Server) bool { return s.Connections() == 0 })
+	}
 	h.start()
 }
 
