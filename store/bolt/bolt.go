@@ -49,10 +49,29 @@ func (e inUseError) Error() string {
 // InUse tells whether err is Open's "in use by another process".
 func InUse(err error) bool { return errors.As(err, new(inUseError)) }
 
-// initialMmap is the size bbolt maps a file at from the start: 10 GiB (as
-// etcd does) on 64-bit platforms (a variable: a test maps small files as
-// they grow).
+// initialMmap is the size bbolt maps a file of at least bigFile bytes at
+// from the start: 10 GiB (as etcd does) on 64-bit platforms (a variable: a
+// test maps files as they grow).
 var initialMmap = (10 << 30) * (strconv.IntSize / 64)
+
+// bigFile is the size from which a file is mapped at initialMmap: bbolt's
+// growth step (a mapping larger than it makes bbolt grow the file a step
+// ahead of its data, so a new store would be a 16 MiB file at once).
+const bigFile = 16 << 20
+
+// mmapFor is the initial mapping of the file at path. Address space, not
+// memory: bbolt remaps a grown file only once every read transaction has
+// ended, so with a mapping that the file outgrows a long one (a backup or
+// an audit export streamed to a slow client) holds every write until it
+// ends. A file under bigFile is mapped as it grows (its remaps come at
+// doublings of a small file, whose backup is short); from the next start
+// on, once it is bigger, its mapping has room to 10 GiB.
+func mmapFor(path string) int {
+	if st, err := os.Stat(path); err == nil && st.Size() >= bigFile {
+		return initialMmap
+	}
+	return 0
+}
 
 // Open opens (creating if needed) the bolt file at path. A second process
 // opening the same file fails at once with a clear error.
@@ -63,14 +82,9 @@ func Open(path string) (*DB, error) {
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
 		// The freelist is synced with each commit: without it, every Open
 		// walks (and so maps into memory) the whole file to rebuild it.
-		Timeout:      lockTimeout,
-		FreelistType: bbolt.FreelistMapType,
-		// Address space, not memory (the file grows as it is written):
-		// bbolt remaps a grown file only once every read transaction
-		// ended, so with a small mapping a long one (a backup or an audit
-		// export streamed to a slow client) would hold every write until
-		// it ended. etcd maps its bbolt file the same way.
-		InitialMmapSize: initialMmap,
+		Timeout:         lockTimeout,
+		FreelistType:    bbolt.FreelistMapType,
+		InitialMmapSize: mmapFor(path),
 	})
 	if errors.Is(err, bboltErrors.ErrTimeout) {
 		return nil, inUseError{path}

@@ -82,32 +82,42 @@ func TestDumpReleasesWhatItRead(t *testing.T) {
 }
 
 // TestWritesGoOnDuringADump: while a dump (a backup streamed to a slow
-// client) holds its read transaction, writes that grow the file well past
-// its first mapping commit, and the dump still sees the store as it was.
+// client) holds its read transaction on a store past 16 MiB, writes that
+// grow the file well past what it held commit, and the dump still sees the
+// store as it was.
 func TestWritesGoOnDuringADump(t *testing.T) {
-	db, err := bolt.Open(filepath.Join(t.TempDir(), "bridge.db"))
+	path := filepath.Join(t.TempDir(), "bridge.db")
+	db, err := bolt.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
 	ctx := context.Background()
-	if err := db.Update(ctx, func(tx store.Tx) error { return tx.Put("requests", "R0", []byte("before")) }); err != nil {
+	v := []byte(strings.Repeat("x", 64<<10))
+	put := func(bucket string, n int) error {
+		for i := range n {
+			if err := db.Update(ctx, func(tx store.Tx) error { return tx.Put(bucket, fmt.Sprintf("k%04d", i), v) }); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := put("before", 288); err != nil { // 18 MiB
 		t.Fatal(err)
 	}
-	v := []byte(strings.Repeat("x", 64<<10))
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if db, err = bolt.Open(path); err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
 	seen := 0
-	err = db.Dump(ctx, func(_, key string, _ []byte) error {
-		seen++
+	err = db.Dump(ctx, func(_, _ string, _ []byte) error {
+		if seen++; seen > 1 {
+			return nil
+		}
 		done := make(chan error, 1)
-		go func() {
-			for i := range 512 { // 32 MiB
-				if err := db.Update(ctx, func(tx store.Tx) error { return tx.Put("audit", fmt.Sprintf("k%04d", i), v) }); err != nil {
-					done <- err
-					return
-				}
-			}
-			done <- nil
-		}()
+		go func() { done <- put("during", 512) }() // 32 MiB
 		select {
 		case err := <-done:
 			return err
@@ -118,7 +128,26 @@ func TestWritesGoOnDuringADump(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if seen != 1 {
-		t.Errorf("the dump saw %d keys, want the one before it began", seen)
+	if seen != 288 {
+		t.Errorf("the dump saw %d keys, want the 288 before it began", seen)
+	}
+}
+
+// TestNewStoreIsSmall: a new store's file holds its data, not a growth step
+// ahead of it (a 16 MiB file for a few keys).
+func TestNewStoreIsSmall(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bridge.db")
+	db, err := bolt.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for i := range 100 {
+		if err := db.Update(context.Background(), func(tx store.Tx) error { return tx.Put("requests", fmt.Sprint(i), make([]byte, 300)) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, err := os.Stat(path); err != nil || st.Size() > 1<<20 {
+		t.Errorf("a store of 100 small keys: %v bytes (%v); want under 1 MiB", st.Size(), err)
 	}
 }
