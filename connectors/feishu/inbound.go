@@ -66,9 +66,17 @@ func (c *Connector) onMessage(ctx context.Context, ev *larkim.P2MessageReceiveV1
 			c.notice(in.Channel, msgID, in.ID, a.Text)
 		}
 	}
+	return c.deliver(ctx, h, in, arrived, "message", tell)
+}
+
+// deliver hands in (what: a message, a recall) to the core and answers
+// Feishu: nil once the core has handled it, after tell (which also tells
+// the answer of a late one), else errNotStored, so that Feishu pushes it
+// again; an ack budget run out is logged.
+func (c *Connector) deliver(ctx context.Context, h chat.Handler, in chat.Event, arrived time.Time, what string, tell func(handled.Answer)) error {
 	a, done := c.call(ctx, h, in, arrived, tell)
 	if !done {
-		c.log.WarnContext(ctx, "feishu: ack budget ran out: message answered with an error for Feishu to push it again; its handling goes on",
+		c.log.WarnContext(ctx, "feishu: ack budget ran out: "+what+" answered with an error for Feishu to push it again; its handling goes on",
 			"event_id", in.ID, "kind", string(in.Kind), "budget", c.opts.AckBudget)
 	}
 	if !done || a.Retry {

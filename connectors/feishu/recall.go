@@ -35,14 +35,5 @@ func (c *Connector) onRecalled(ctx context.Context, ev *larkim.P2MessageRecalled
 			c.answered.Told(in.ID, true) // nobody to tell
 		}
 	}
-	a, done := c.call(ctx, h, in, arrived, told)
-	if !done {
-		c.log.WarnContext(ctx, "feishu: ack budget ran out: recall answered with an error for Feishu to push it again; its handling goes on",
-			"event_id", in.ID, "budget", c.opts.AckBudget)
-	}
-	if !done || a.Retry {
-		return errNotStored
-	}
-	told(a)
-	return nil
+	return c.deliver(ctx, h, in, arrived, "recall", told)
 }
